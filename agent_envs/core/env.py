@@ -1,0 +1,353 @@
+"""`ToolEnv`: one multi-turn, tool-using episode as a Gymnasium environment.
+
+    >>> import gymnasium as gym, agent_envs
+    >>> env = gym.make("AgentMath-v0")
+    >>> prompt, info = env.reset(seed=0)
+    >>> for action in env.unwrapped.task.gold_trace:
+    ...     obs, reward, terminated, truncated, info = env.step(action)
+    >>> reward, terminated
+    (1.0, True)
+
+An action is one generated segment: text ending at a stop string (a tool call) or at EOS. The
+observation after a tool call is only the new text to append (the wrapped tool result), never
+the whole history. `terminated` when the model gave its answer (or stopped), `truncated` on the
+turn limit or the response budget; never both. Reward components are in `info`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol as TypingProtocol
+
+import gymnasium as gym
+
+from agent_envs.core.protocol import MESSAGES, PROMPT_VERSION, ParsedAction, Protocol, make_protocol
+from agent_envs.core.spaces import UnicodeText
+from agent_envs.core.task import Task
+from agent_envs.rewards.recipe import RewardFn, make_reward
+from agent_envs.tools.base import Tool, ToolResult
+
+
+class TaskSource(TypingProtocol):
+    """Anything indexable that yields tasks: a list of `Task`, a benchmark, a procedural world."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Task: ...
+
+
+@dataclass(frozen=True)
+class EpisodeState:
+    """Everything that changes during an episode. Immutable: `fork()` shares it, steps replace it."""
+
+    task: Task
+    index: int
+    prompt: str
+    messages: tuple[dict, ...]
+    segments: tuple[tuple[str, bool], ...] = ()  # (text, written by the model?)
+    calls: tuple[tuple[str, int], ...] = ()  # per-tool call counts, as sorted pairs
+    queries: frozenset[str] = frozenset()
+    invalid_calls: int = 0
+    turns: int = 0
+    chars: int = 0
+    tokens: int = 0
+    limit_hit: bool = False
+    flags: tuple[str, ...] = ()
+    done: bool = False
+
+    @property
+    def response(self) -> str:
+        return "".join(text for text, _ in self.segments)
+
+    @property
+    def call_counts(self) -> dict[str, int]:
+        return dict(self.calls)
+
+
+@dataclass
+class ToolMetrics:
+    """Per-env counters of tool use, for rollout metrics."""
+
+    calls: Counter = field(default_factory=Counter)
+    failures: Counter = field(default_factory=Counter)
+    timeouts: int = 0
+    cache_hits: int = 0
+    total_time_s: float = 0.0
+    max_time_s: float = 0.0
+
+
+class ToolEnv(gym.Env[str, str]):
+    """A text environment where the agent reasons, calls tools and answers.
+
+    Args:
+        tasks: the tasks to play (a list of `Task`, a benchmark, or a procedural world).
+        tools: the enabled tools; their names are the protocol's tags / function names.
+        protocol: `"arpo"` (inline tags, default), `"json"` (Hermes tool calls) or a `Protocol`.
+        reward: a recipe name (`standard`, `binary`, `f1`, `arpo`) or a callable; see
+            `agent_envs.rewards.recipe`. `reward_kwargs` go to the recipe.
+        max_tool_calls: tool calls allowed in total; later calls get the limit message.
+        max_calls_per_tool: optional per-tool limits, e.g. `{"python": 5, "search": 10}`.
+        max_turns: hard cap on steps; reaching it ends the episode with `truncated=True`.
+        max_response_chars: budget of the response in characters (always enforced).
+        max_response_tokens: budget in tokens, enforced when a `tokenizer` is given.
+        tokenizer: a Hugging Face tokenizer: renders the prompt with its chat template and
+            gives `info["prompt_token_ids"]`.
+        tool_timeout_s: wall-clock deadline per tool call enforced by the env (defaults to the
+            tool's own `timeout_s` plus a second of grace).
+    """
+
+    metadata = {"render_modes": ["ansi", "human"]}
+
+    def __init__(
+        self,
+        tasks: TaskSource,
+        tools: Sequence[Tool] = (),
+        *,
+        protocol: str | Protocol = "arpo",
+        reward: str | RewardFn = "standard",
+        reward_kwargs: Mapping[str, Any] | None = None,
+        max_tool_calls: int = 6,
+        max_calls_per_tool: Mapping[str, int] | None = None,
+        max_turns: int | None = None,
+        max_response_chars: int = 32_768,
+        max_response_tokens: int | None = 8_192,
+        tokenizer: Any = None,
+        tool_timeout_s: float | None = None,
+        system_prompt: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if len(tasks) == 0:
+            raise ValueError("ToolEnv needs at least one task; the task source is empty")
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique, got {names}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
+        self.tasks = tasks
+        self.tools = {t.name: t for t in tools}
+        self.protocol = make_protocol(protocol, tokenizer)
+        self.reward_fn = make_reward(reward, **dict(reward_kwargs or {}))
+        self.max_tool_calls = max_tool_calls
+        self.max_calls_per_tool = dict(max_calls_per_tool or {})
+        self.max_turns = max_turns if max_turns is not None else max_tool_calls + 4
+        self.max_response_chars = max_response_chars
+        self.max_response_tokens = max_response_tokens
+        self.tokenizer = tokenizer
+        self.tool_timeout_s = tool_timeout_s
+        self.system_prompt_text = system_prompt
+        self.render_mode = render_mode
+        self.observation_space = UnicodeText(max_length=1 << 24)
+        self.action_space = UnicodeText(max_length=1 << 24)
+        self.metrics = ToolMetrics()
+        self.state: EpisodeState | None = None
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def task(self) -> Task:
+        if self.state is None:
+            raise RuntimeError("no task yet: call reset() first")
+        return self.state.task
+
+    @property
+    def stop_sequences(self) -> list[str]:
+        return self.protocol.stop_sequences(list(self.tools))
+
+    def format_observation(self, text: str, tool: str | None = None) -> str:
+        return self.protocol.format_observation(text, tool)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        options = options or {}
+        if "task" in options:
+            task, index = options["task"], -1
+        else:
+            index = options.get("index")
+            if index is None:
+                index = int(self.np_random.integers(len(self.tasks)))
+            elif not 0 <= index < len(self.tasks):
+                raise IndexError(f"options['index']={index} is out of range for {len(self.tasks)} tasks")
+            task = self.tasks[index]
+        tools = list(self.tools.values())
+        messages = self.protocol.messages(task.question, tools, self.system_prompt_text)
+        prompt = self.protocol.render_prompt(messages, self.tokenizer, tools)
+        self.state = EpisodeState(task=task, index=index, prompt=prompt, messages=tuple(messages))
+        info: dict[str, Any] = {
+            "messages": messages,
+            "task_id": task.id,
+            "index": index,
+            "stop_sequences": self.stop_sequences,
+            "prompt_version": PROMPT_VERSION,
+        }
+        if self.tokenizer is not None:
+            info["prompt_token_ids"] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return prompt, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.astep(action))
+        raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
+
+    async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        st = self.state
+        if st is None:
+            raise RuntimeError("step() before reset(): call env.reset() first")
+        if st.done:
+            raise RuntimeError(f"episode of task {st.task.id!r} is over; call env.reset() before stepping again")
+        if not isinstance(action, str):
+            raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
+        # lone surrogates and other unencodable text are replaced, never allowed to crash a tokenizer
+        action = action.encode("utf-8", "replace").decode("utf-8")
+        parsed = self.protocol.parse(action, list(self.tools))
+        st = self._append(st, parsed.text, by_model=True)
+        st = replace(st, turns=st.turns + 1, flags=st.flags + parsed.flags)
+        info: dict[str, Any] = {
+            "parsed_action": parsed.text,
+            "tool": parsed.tool,
+            "tool_input": parsed.tool_input,
+            "stop_reason": parsed.kind,
+            "flags": list(parsed.flags),
+        }
+        if self._over_budget(st):
+            return self._finish(st, info, truncated=True, why="response_budget")
+        if parsed.kind in ("answer", "end"):
+            return self._finish(st, info, truncated=False, why=parsed.kind)
+        text, st = await self._run_tool(st, parsed, info)
+        obs = self.protocol.format_observation(text, parsed.tool)
+        grown = self._append(st, obs, by_model=False)
+        if self._over_budget(grown):
+            return self._finish(st, info, truncated=True, why="response_budget")
+        st = grown
+        if st.turns >= self.max_turns:
+            return self._finish(st, info, truncated=True, why="max_turns")
+        self.state = st
+        info.update(self._episode_info(st))
+        return obs, 0.0, False, False, info
+
+    def fork(self) -> ToolEnv:
+        """An independent copy at the current point of the episode.
+
+        The episode state is immutable and shared; tools, task source and tokenizer are shared
+        (they are stateless or safe to share); the RNG and metrics are the copy's own.
+        """
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin.metrics = ToolMetrics()
+        if self._np_random is not None:
+            twin._np_random = gym.utils.seeding.np_random(int(self._np_random.integers(1 << 31)))[0]
+        return twin
+
+    def get_state(self) -> EpisodeState | None:
+        return self.state
+
+    def set_state(self, state: EpisodeState) -> None:
+        self.state = state
+
+    def render(self) -> str | None:
+        if self.state is None:
+            return None
+        text = self.state.prompt + self.state.response
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    async def aclose(self) -> None:
+        for tool in self.tools.values():
+            await tool.aclose()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _append(self, st: EpisodeState, text: str, by_model: bool) -> EpisodeState:
+        tokens = st.tokens
+        if self.tokenizer is not None and text:
+            tokens += len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return replace(st, segments=st.segments + ((text, by_model),), chars=st.chars + len(text), tokens=tokens)
+
+    def _over_budget(self, st: EpisodeState) -> bool:
+        if st.chars > self.max_response_chars:
+            return True
+        return self.tokenizer is not None and self.max_response_tokens is not None and st.tokens > self.max_response_tokens
+
+    async def _run_tool(self, st: EpisodeState, parsed: ParsedAction, info: dict) -> tuple[str, EpisodeState]:
+        """Execute (or refuse) one call; return the tool text and the updated state."""
+        name = parsed.tool or "tool"
+        if parsed.kind == "invalid":
+            info["invalid_reason"] = parsed.reason
+            if parsed.reason == "empty_call":
+                text = MESSAGES["empty_call"].format(tool=name)
+            else:
+                text = MESSAGES["invalid_call"].format(reason=parsed.reason)
+            return text, replace(st, invalid_calls=st.invalid_calls + 1)
+        counts = st.call_counts
+        total = sum(counts.values())
+        if total >= self.max_tool_calls or counts.get(name, 0) >= self.max_calls_per_tool.get(name, 1 << 30):
+            info["limit_exceeded"] = True
+            return MESSAGES["limit_exceeded"].format(tool=name), replace(st, limit_hit=True)
+        tool = self.tools[name]
+        counts[name] = counts.get(name, 0) + 1
+        key = f"{name}:{tool.normalize(parsed.tool_input or '')}"
+        repeated = name == "search" and key in st.queries
+        st = replace(st, calls=tuple(sorted(counts.items())), queries=st.queries | {key})
+        if repeated:  # counts toward the limit but is not executed
+            info["repeated_query"] = True
+            return MESSAGES["repeated_query"], st
+        result = await self._call(tool, parsed.tool_input or "")
+        info["tool_result"] = {"ok": result.ok, "error": result.error, "latency_s": result.latency_s,
+                               "cached": result.cached, "retries": result.retries}
+        return result.text, st
+
+    async def _call(self, tool: Tool, arg: str) -> ToolResult:
+        deadline = self.tool_timeout_s if self.tool_timeout_s is not None else tool.timeout_s + 1.0
+        start = time.perf_counter()
+        try:
+            result = await asyncio.wait_for(tool(arg), deadline)
+        except TimeoutError:
+            result = ToolResult(MESSAGES["timeout"].format(seconds=f"{deadline:g}"), ok=False, error="timeout")
+        result.latency_s = result.latency_s or time.perf_counter() - start
+        m = self.metrics
+        m.calls[tool.name] += 1
+        m.failures[tool.name] += not result.ok
+        m.timeouts += result.error == "timeout"
+        m.cache_hits += result.cached
+        m.total_time_s += result.latency_s
+        m.max_time_s = max(m.max_time_s, result.latency_s)
+        return result
+
+    def _finish(self, st: EpisodeState, info: dict, truncated: bool, why: str) -> tuple[str, float, bool, bool, dict]:
+        st = replace(st, done=True)
+        self.state = st
+        response = st.response
+        prefill = st.prompt[st.prompt.rfind("assistant") :] if "<think>" in st.prompt[-64:] else ""
+        format_ok, format_error = self.protocol.check_format(response, prefill)
+        reward = self.reward_fn(st.task, response, format_ok, st.call_counts)
+        info.update(self._episode_info(st))
+        info.update(reward.components)
+        info.update(
+            format_ok=format_ok,
+            format_error=format_error,
+            end_reason=why,
+            truncated=truncated,
+            reward=reward.score,
+        )
+        return "", float(reward.score), not truncated, truncated, info
+
+    @staticmethod
+    def _episode_info(st: EpisodeState) -> dict[str, Any]:
+        return {
+            "n_calls": st.call_counts,
+            "tool_calls": sum(st.call_counts.values()),
+            "n_invalid_calls": st.invalid_calls,
+            "limit_hit": st.limit_hit,
+            "turns": st.turns,
+            "prompt_version": PROMPT_VERSION,
+        }
+
+
+__all__ = ["EpisodeState", "TaskSource", "ToolEnv"]

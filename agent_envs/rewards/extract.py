@@ -1,0 +1,51 @@
+"""Pulling the prediction out of a response: the last `\\boxed{}` inside the last `<answer>` block.
+
+    >>> extract_prediction("<answer>so \\\\boxed{\\\\frac{1}{2}}</answer>")
+    '\\\\frac{1}{2}'
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`), with balanced braces; None if absent."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        # `\boxed 5` without braces, as some models write
+        m = list(re.finditer(r"\\boxed\s+([^\s$]+)", text))
+        return m[-1].group(1) if m else None
+    i = text.index("{", start) + 1
+    depth = 1
+    for j in range(i, len(text)):
+        c = text[j]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j]
+    return None  # unbalanced: no complete prediction
+
+
+def answer_span(text: str) -> str | None:
+    """Content of the last complete `<answer>...</answer>` block, or None."""
+    blocks = _ANSWER_RE.findall(text)
+    return blocks[-1] if blocks else None
+
+
+def extract_prediction(response: str) -> str | None:
+    """The prediction of a response.
+
+    Order: the last `\\boxed{}` in the last `<answer>` block; else the answer block itself; else
+    the last `\\boxed{}` anywhere (for protocols without answer tags); else None.
+    """
+    span = answer_span(response)
+    if span is not None:
+        boxed = last_boxed(span)
+        return (boxed if boxed is not None else span).strip()
+    boxed = last_boxed(response)
+    return boxed.strip() if boxed is not None else None

@@ -1,0 +1,60 @@
+"""QA grading: SQuAD-style normalisation, exact match and token F1, max over golden aliases.
+
+    >>> qa_reward("<answer>\\\\boxed{The Eiffel Tower}</answer>", ["Eiffel Tower"]).score
+    1.0
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+
+from agent_envs.rewards.base import RewardResult
+from agent_envs.rewards.extract import extract_prediction
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SPECIAL = {"yes", "no", "noanswer"}
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop punctuation and articles, collapse whitespace (SQuAD)."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(pred: str, gold: str) -> float:
+    return float(normalize_answer(pred) == normalize_answer(gold))
+
+
+def token_f1(pred: str, gold: str) -> float:
+    p, g = normalize_answer(pred), normalize_answer(gold)
+    if p in _SPECIAL or g in _SPECIAL:  # yes/no answers must match exactly, as in HotpotQA's scorer
+        return float(p == g)
+    pt, gt = p.split(), g.split()
+    common = Counter(pt) & Counter(gt)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pt), same / len(gt)
+    return 2 * precision * recall / (precision + recall)
+
+
+def qa_scores(pred: str | None, golden_answers: list[str]) -> dict[str, float]:
+    """`em`, `f1` and `acc` (gold is a substring of the prediction), each the max over aliases."""
+    if pred is None or not golden_answers:
+        return {"em": 0.0, "f1": 0.0, "acc": 0.0}
+    npred = normalize_answer(pred)
+    return {
+        "em": max(exact_match(pred, g) for g in golden_answers),
+        "f1": max(token_f1(pred, g) for g in golden_answers),
+        "acc": max(float(bool(normalize_answer(g)) and normalize_answer(g) in npred) for g in golden_answers),
+    }
+
+
+def qa_reward(response: str, golden_answers: list[str]) -> RewardResult:
+    """Token F1 of the response's prediction; components `em`, `f1`, `acc`, `pred`."""
+    pred = extract_prediction(response)
+    scores = qa_scores(pred, golden_answers)
+    return RewardResult(score=scores["f1"], components={**scores, "pred": pred})

@@ -1,0 +1,103 @@
+"""The tool interface every tool implements, and the result it returns.
+
+A tool takes one string argument (code, a query, a URL) and returns a `ToolResult`. It is async,
+because tools are I/O; `run` is the blocking convenience. A tool never raises for a bad argument
+or a failing backend: the failure is a result whose `text` the model reads.
+
+    >>> class Echo(Tool):
+    ...     name = "echo"
+    ...     async def call(self, arg: str) -> ToolResult:
+    ...         return ToolResult(text=arg)
+    >>> Echo().run("hi").text
+    'hi'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass
+class ToolResult:
+    """What a tool call produced.
+
+    `text` is exactly what the model sees (before the protocol wraps it). `ok` is False for
+    failures of the tool or its backend (timeouts, HTTP errors, a crashing sandbox), not for code
+    that raised inside the sandbox: that is a valid result the model should read.
+    `error` is a short machine-readable kind (`timeout`, `http`, `no_results`, ...).
+    """
+
+    text: str
+    ok: bool = True
+    error: str | None = None
+    latency_s: float = 0.0
+    cached: bool = False
+    retries: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(ABC):
+    """Base class of tools.
+
+    Subclasses set `name` (the protocol tag / function name, e.g. ``python``), `argument` (the
+    JSON argument name for function-calling protocols) and `description`, and implement `call`.
+    `__call__` adds latency measurement and turns any exception into a failed result, so one
+    buggy backend never takes down a rollout.
+    """
+
+    name: ClassVar[str] = "tool"
+    argument: ClassVar[str] = "input"
+    description: ClassVar[str] = ""
+    # Wall-clock budget the env enforces around a call (the tool may enforce a tighter one).
+    timeout_s: float = 30.0
+
+    @abstractmethod
+    async def call(self, arg: str) -> ToolResult: ...
+
+    def normalize(self, arg: str) -> str:
+        """Canonical form of an argument, used for repeated-call detection and cache keys."""
+        return arg.strip()
+
+    async def __call__(self, arg: str) -> ToolResult:
+        start = time.perf_counter()
+        try:
+            result = await self.call(arg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a tool bug must become an observation, not a crashed rollout
+            result = ToolResult(text=f"{self.name} failed: {type(exc).__name__}: {exc}", ok=False, error="exception")
+        if not result.latency_s:
+            result.latency_s = time.perf_counter() - start
+        return result
+
+    def run(self, arg: str) -> ToolResult:
+        """Blocking call; works with or without a running event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self(arg))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, self(arg)).result()
+
+    async def aclose(self) -> None:
+        """Release pooled resources (HTTP sessions, worker processes)."""
+
+    def spec(self) -> dict[str, Any]:
+        """OpenAI/Hermes function schema, for JSON tool-call protocols."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {self.argument: {"type": "string"}},
+                    "required": [self.argument],
+                },
+            },
+        }
