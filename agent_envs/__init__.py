@@ -7,3 +7,7 @@ from agent_envs.tools.base import Tool, ToolResult
 
 __all__ = ["ArpoTags", "EpisodeState", "JsonToolCalls", "Protocol", "Task", "Tool", "ToolEnv", "ToolResult"]
 __version__ = "0.1.0"
+
+from agent_envs.envs import register_envs  # noqa: E402
+
+register_envs()

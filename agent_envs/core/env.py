@@ -22,7 +22,8 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol as TypingProtocol
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 import gymnasium as gym
 
@@ -31,7 +32,6 @@ from agent_envs.core.spaces import UnicodeText
 from agent_envs.core.task import Task
 from agent_envs.rewards.recipe import RewardFn, make_reward
 from agent_envs.tools.base import Tool, ToolResult
-
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()

@@ -1,0 +1,50 @@
+"""Registered env ids: three families with an offline default each, plus one id per benchmark.
+
+    >>> import gymnasium as gym, agent_envs
+    >>> env = gym.make("AgentQA-v0")
+    >>> env = gym.make("AgentQA-HotpotQA-v0")      # = AgentQA-v0 with benchmark="hotpotqa"
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+FAMILIES = {
+    "math": ("AgentMath-v0", "agent_envs.envs.math:make_math_env",
+             "procedural arithmetic world; python sandbox; math-equivalence reward"),
+    "qa": ("AgentQA-v0", "agent_envs.envs.qa:make_qa_env",
+           "synthetic knowledge base, 1-4 hop questions; BM25 search; F1 reward"),
+    "search": ("AgentSearch-v0", "agent_envs.envs.search:make_search_env",
+               "synthetic linked web; search + browse; F1 reward"),
+}
+
+
+def _benchmarks() -> dict:
+    try:
+        from agent_envs.data import BENCHMARKS
+    except ImportError:  # the data package is optional only while it is being built
+        return {}
+    return BENCHMARKS
+
+
+def register_envs() -> None:
+    """Register every id once; safe to call again."""
+    for env_id, entry_point, _ in FAMILIES.values():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
+    for name, spec in _benchmarks().items():
+        if spec.env_id not in gym.registry:
+            gym.register(
+                id=spec.env_id,
+                entry_point=FAMILIES[spec.family][1],
+                kwargs={"benchmark": name},
+                disable_env_checker=True,
+            )
+
+
+def env_summaries() -> list[tuple[str, str]]:
+    """(id, one-line description) for every id this package registers."""
+    rows = [(env_id, summary) for env_id, _, summary in FAMILIES.values()]
+    for name, spec in _benchmarks().items():
+        rows.append((spec.env_id, f"{FAMILIES[spec.family][0]} with benchmark={name!r}: {spec.description}"))
+    return rows

@@ -31,3 +31,26 @@ def data_dir() -> str | None:
     import os
 
     return os.environ.get("AGENT_ENVS_DATA_DIR")
+
+
+def world_with_tools(kind: str, world_cls: Any, config_cls: Any, kwargs: dict | None) -> tuple[Any, list]:
+    """The shared procedural world of this configuration and the shared tools it needs."""
+    kwargs = dict(kwargs or {})
+    world = shared(f"world:{kind}", lambda **kw: world_cls(config_cls(**kw)), **kwargs)
+    tools = shared(f"tools:{kind}", lambda **_: world.make_tools(), **kwargs)
+    return world, tools
+
+
+def resolve_tasks(benchmark: str | None, data_files: Any, split: str | None, tasks: Any, reward: str) -> Any:
+    """Tasks given directly, a named benchmark, or a user's own data file; None means "use the world"."""
+    if tasks is not None:
+        if benchmark is not None or data_files is not None:
+            raise ValueError("pass either tasks=[...] or benchmark=/data_files=, not both")
+        return list(tasks)
+    if benchmark is None and data_files is None:
+        return None
+    from agent_envs.data import load_benchmark, load_tasks
+
+    if benchmark is not None:
+        return load_benchmark(benchmark, data_files=data_files, split=split)
+    return load_tasks(data_files, reward=reward)

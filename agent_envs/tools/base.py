@@ -84,7 +84,7 @@ class Tool(ABC):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, self(arg)).result()
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 (optional hook: most tools hold nothing)
         """Release pooled resources (HTTP sessions, worker processes)."""
 
     def spec(self) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""AgentMath-v0: math problems solved with reasoning and a sandboxed Python interpreter.
+
+    >>> import gymnasium as gym, agent_envs
+    >>> env = gym.make("AgentMath-v0")                                  # procedural arithmetic world
+    >>> env = gym.make("AgentMath-v0", world={"difficulty": 2, "seed": 1})
+    >>> env = gym.make("AgentMath-v0", benchmark="aime24")               # file from AGENT_ENVS_DATA_DIR
+    >>> env = gym.make("AgentMath-v0", data_files="my_problems.jsonl")   # your own tasks
+
+Defaults follow the ARPO reasoning setting: python only, 3 tool calls in total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_envs.core.env import ToolEnv
+from agent_envs.core.task import Task
+from agent_envs.envs.resources import resolve_tasks, shared, world_with_tools
+
+
+def make_math_env(
+    benchmark: str | None = None,
+    data_files: str | Sequence[str] | None = None,
+    split: str | None = None,
+    tasks: Sequence[Task] | None = None,
+    world: Mapping[str, Any] | None = None,
+    python: Mapping[str, Any] | None = None,
+    max_tool_calls: int = 3,
+    **env_kwargs: Any,
+) -> ToolEnv:
+    """Build a math env. `python` configures the sandbox (see `PythonTool`)."""
+    from agent_envs.tools.python import PythonTool
+
+    python_kwargs = {"timeout_s": 10.0, "preamble": ("math",), **dict(python or {})}
+    source = resolve_tasks(benchmark, data_files, split, tasks, reward="math")
+    if source is None:
+        from agent_envs.worlds import ArithmeticConfig, ArithmeticWorld
+
+        source, tools = world_with_tools("arithmetic", ArithmeticWorld, ArithmeticConfig, world)
+        if python is None:
+            return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+    tool = shared("tool:python", PythonTool, **python_kwargs)
+    return ToolEnv(source, [tool], max_tool_calls=max_tool_calls, **env_kwargs)

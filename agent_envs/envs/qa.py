@@ -1,0 +1,64 @@
+"""AgentQA-v0: multi-hop questions answered by searching a passage corpus.
+
+    >>> import gymnasium as gym, agent_envs
+    >>> env = gym.make("AgentQA-v0")                                       # synthetic knowledge base
+    >>> env = gym.make("AgentQA-v0", benchmark="hotpotqa")                 # BM25 over corpus/wiki_multihop_mini.jsonl
+    >>> env = gym.make("AgentQA-v0", benchmark="hotpotqa", retriever_url="http://127.0.0.1:8000/retrieve")
+
+Search is in-process BM25 over `corpus` (a JSONL of id/title/text) unless `retriever_url` points
+at a Search-R1 style retrieval server (`agent-envs serve-retriever`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_envs.core.env import ToolEnv
+from agent_envs.core.task import Task
+from agent_envs.envs.resources import data_dir, resolve_tasks, shared, world_with_tools
+
+DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
+
+
+def search_tool(corpus: str | None, retriever_url: str | None, topk: int):
+    """The search tool for a benchmark: a retrieval server when given, else BM25 over the corpus."""
+    from agent_envs.tools.search import BM25Backend, HttpBackend, SearchTool
+
+    if retriever_url:
+        return shared("tool:search-http", lambda url, k: SearchTool(HttpBackend(url), topk=k), url=retriever_url, k=topk)
+    if corpus is None:
+        base = data_dir()
+        corpus = os.path.join(base, DEFAULT_CORPUS) if base else None
+    if corpus is None or not os.path.exists(corpus):
+        raise FileNotFoundError(
+            f"search corpus {corpus or DEFAULT_CORPUS!r} not found: pass corpus='path/to/corpus.jsonl' "
+            "(JSONL with id, title, text or contents), retriever_url='http://host:port/retrieve', "
+            "or set AGENT_ENVS_DATA_DIR to the folder that holds corpus/"
+        )
+    path = os.path.abspath(corpus)
+    return shared("tool:search-bm25", lambda path, k: SearchTool(BM25Backend.from_jsonl(path), topk=k), path=path, k=topk)
+
+
+def make_qa_env(
+    benchmark: str | None = None,
+    data_files: str | Sequence[str] | None = None,
+    split: str | None = None,
+    tasks: Sequence[Task] | None = None,
+    world: Mapping[str, Any] | None = None,
+    corpus: str | None = None,
+    retriever_url: str | None = None,
+    topk: int = 3,
+    max_tool_calls: int = 6,
+    **env_kwargs: Any,
+) -> ToolEnv:
+    source = resolve_tasks(benchmark, data_files, split, tasks, reward="qa")
+    if source is None and corpus is None and retriever_url is None:
+        from agent_envs.worlds import KnowledgeConfig, KnowledgeWorld
+
+        w, tools = world_with_tools("knowledge", KnowledgeWorld, KnowledgeConfig, world)
+        return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+    if source is None:
+        raise ValueError("AgentQA-v0 with a corpus or retriever needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
+    return ToolEnv(source, [search_tool(corpus, retriever_url, topk)], max_tool_calls=max_tool_calls, **env_kwargs)
