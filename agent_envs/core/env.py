@@ -211,44 +211,17 @@ class ToolEnv(gym.Env[str, str]):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run_coroutine_threadsafe(self.astep(action), background_loop()).result()
+            st, parsed, info, finished = self._begin(action)
+            if finished is not None:  # answers and budget ends need no event loop: keep them cheap
+                return finished
+            return asyncio.run_coroutine_threadsafe(self._act(st, parsed, info), background_loop()).result()
         raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        st = self.state
-        if st is None:
-            raise RuntimeError("step() before reset(): call env.reset() first")
-        if st.done:
-            raise RuntimeError(f"episode of task {st.task.id!r} is over; call env.reset() before stepping again")
-        if not isinstance(action, str):
-            raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
-        # lone surrogates and other unencodable text are replaced, never allowed to crash a tokenizer
-        action = action.encode("utf-8", "replace").decode("utf-8")
-        parsed = self.protocol.parse(action, list(self.tools))
-        st = self._append(st, parsed.text, by_model=True)
-        st = replace(st, turns=st.turns + 1, flags=st.flags + parsed.flags)
-        info: dict[str, Any] = {
-            "parsed_action": parsed.text,
-            "tool": parsed.tool,
-            "tool_input": parsed.tool_input,
-            "stop_reason": parsed.kind,
-            "flags": list(parsed.flags),
-        }
-        if self._over_budget(st):
-            return self._finish(st, info, truncated=True, why="response_budget")
-        if parsed.kind in ("answer", "end"):
-            return self._finish(st, info, truncated=False, why=parsed.kind)
-        text, st = await self._run_tool(st, parsed, info)
-        obs = self.protocol.format_observation(text, parsed.tool)
-        grown = self._append(st, obs, by_model=False)
-        if self._over_budget(grown):
-            return self._finish(st, info, truncated=True, why="response_budget")
-        st = grown
-        if st.turns >= self.max_turns:
-            return self._finish(st, info, truncated=True, why="max_turns")
-        self.state = st
-        info.update(self._episode_info(st))
-        return obs, 0.0, False, False, info
+        st, parsed, info, finished = self._begin(action)
+        if finished is not None:
+            return finished
+        return await self._act(st, parsed, info)
 
     def fork(self) -> ToolEnv:
         """An independent copy at the current point of the episode.
@@ -283,6 +256,47 @@ class ToolEnv(gym.Env[str, str]):
             await tool.aclose()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple | None]:
+        """Validate and parse an action; finish the episode here when no tool has to run."""
+        st = self.state
+        if st is None:
+            raise RuntimeError("step() before reset(): call env.reset() first")
+        if st.done:
+            raise RuntimeError(f"episode of task {st.task.id!r} is over; call env.reset() before stepping again")
+        if not isinstance(action, str):
+            raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
+        # lone surrogates and other unencodable text are replaced, never allowed to crash a tokenizer
+        action = action.encode("utf-8", "replace").decode("utf-8")
+        parsed = self.protocol.parse(action, list(self.tools))
+        st = self._append(st, parsed.text, by_model=True)
+        st = replace(st, turns=st.turns + 1, flags=st.flags + parsed.flags)
+        info: dict[str, Any] = {
+            "parsed_action": parsed.text,
+            "tool": parsed.tool,
+            "tool_input": parsed.tool_input,
+            "stop_reason": parsed.kind,
+            "flags": list(parsed.flags),
+        }
+        if self._over_budget(st):
+            return st, parsed, info, self._finish(st, info, truncated=True, why="response_budget")
+        if parsed.kind in ("answer", "end"):
+            return st, parsed, info, self._finish(st, info, truncated=False, why=parsed.kind)
+        return st, parsed, info, None
+
+    async def _act(self, st: EpisodeState, parsed: ParsedAction, info: dict) -> tuple[str, float, bool, bool, dict]:
+        """Run (or refuse) the tool call and append its observation."""
+        text, st = await self._run_tool(st, parsed, info)
+        obs = self.protocol.format_observation(text, parsed.tool)
+        grown = self._append(st, obs, by_model=False)
+        if self._over_budget(grown):
+            return self._finish(st, info, truncated=True, why="response_budget")
+        st = grown
+        if st.turns >= self.max_turns:
+            return self._finish(st, info, truncated=True, why="max_turns")
+        self.state = st
+        info.update(self._episode_info(st))
+        return obs, 0.0, False, False, info
 
     def _append(self, st: EpisodeState, text: str, by_model: bool) -> EpisodeState:
         tokens = st.tokens
