@@ -1,0 +1,348 @@
+"""Reading benchmark files into `Task`s: .jsonl, .jsonl.gz, .json, .parquet, or a Hugging Face id.
+
+Rows are normalised field by field (id, question, golden answers, grader kind); everything else in
+the row is kept in `Task.metadata`. A malformed row raises `DataError` naming the file, the line
+(or record) and the field.
+
+    >>> from agent_envs.data import load_benchmark, load_tasks
+    >>> tasks = load_benchmark("aime24")                     # $AGENT_ENVS_DATA_DIR/aime24/test.jsonl
+    >>> tasks = load_tasks("my_questions.jsonl", reward="qa")  # rows with question + answer(s)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agent_envs.core.task import Task
+from agent_envs.data.registry import BenchmarkSpec, get_spec
+from agent_envs.rewards.extract import last_boxed
+
+SUPPORTED = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".parquet")
+DATA_DIR_ENV = "AGENT_ENVS_DATA_DIR"
+
+# candidate source fields, in order of preference
+ID_FIELDS = ("id", "_id", "task_id", "question_id", "unique_id", "hle_id", "idx", "index")
+QUESTION_FIELDS = ("question", "Question", "problem", "question_text", "query", "input")
+ANSWER_FIELDS = ("answers", "answer", "Final answer", "final_answer", "ground_truth", "target", "label")
+
+
+class DataError(ValueError):
+    """A benchmark file or row that cannot become a Task; the message says where and why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading rows
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else open(path, encoding="utf-8")
+
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    for suf in sorted(SUPPORTED, key=len, reverse=True):
+        if name.endswith(suf):
+            return suf
+    return path.suffix
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    with _open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield f"line {n}", json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}, line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+
+
+def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    with _open_text(path) as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.msg == "Extra data":  # JSON Lines saved under a .json name
+            yield from _jsonl_rows(path)
+            return
+        raise DataError(f"{path}, line {e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+    if isinstance(data, dict):
+        for key in ("data", "rows", "examples", "questions"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+        else:
+            if data and all(isinstance(v, dict) for v in data.values()):  # {id: record}
+                data = [{"id": str(k), **v} for k, v in data.items()]
+            else:
+                raise DataError(
+                    f"{path}: a JSON object must hold a list under 'data'/'rows'/'examples' or map ids to "
+                    "records; got keys " + ", ".join(list(map(str, data))[:8])
+                )
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+    for n, row in enumerate(data, 1):
+        yield f"record {n}", row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path}: reading parquet needs pyarrow: pip install 'agent-envs[data]'") from None
+    for n, row in enumerate(pq.read_table(path).to_pylist(), 1):
+        yield f"row {n}", row
+
+
+def read_rows(path: str | os.PathLike) -> Iterator[tuple[str, Any]]:
+    """Yield (location, raw row) for every record of a file; the location reads "line 12" etc."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"data file {str(p)!r} does not exist")
+    suf = _suffix(p)
+    if suf in (".jsonl", ".jsonl.gz", ".ndjson"):
+        return _jsonl_rows(p)
+    if suf in (".json", ".json.gz"):
+        return _json_rows(p)
+    if suf == ".parquet":
+        return _parquet_rows(p)
+    raise DataError(f"{p}: unsupported file type {suf!r}; use one of {', '.join(SUPPORTED)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# normalising rows
+
+
+def _as_answer(value: Any, where: str, fname: str) -> list[str]:
+    if value is None:
+        raise DataError(f"{where}: field {fname!r} is null; every task needs at least one golden answer")
+    if isinstance(value, bool):
+        return ["yes" if value else "no"]
+    if isinstance(value, int | float):
+        return [str(int(value)) if float(value).is_integer() else str(value)]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):  # {"target": [...]}, SQuAD-style {"text": [...]}
+        for key in ("target", "text", "answers", "value", "ground_truth"):
+            if key in value:
+                return _as_answer(value[key], where, f"{fname}.{key}")
+        raise DataError(f"{where}: field {fname!r} is an object without target/text/answers: {list(value)[:6]}")
+    if isinstance(value, Sequence) or hasattr(value, "tolist"):
+        items = value.tolist() if hasattr(value, "tolist") else list(value)
+        out: list[str] = []
+        for i, item in enumerate(items):
+            if isinstance(item, Sequence | Mapping) and not isinstance(item, str):
+                raise DataError(f"{where}: field {fname}[{i}] must be a string or number, got {type(item).__name__}")
+            out.extend(_as_answer(item, where, f"{fname}[{i}]"))
+        return out
+    raise DataError(f"{where}: field {fname!r} must be a string, number or list, got {type(value).__name__}")
+
+
+def _question(row: Mapping[str, Any], where: str) -> str:
+    for key in QUESTION_FIELDS:
+        if key in row and row[key] is not None:
+            q = row[key]
+            if not isinstance(q, str):
+                raise DataError(f"{where}: field {key!r} must be a string, got {type(q).__name__}")
+            if not q.strip():
+                raise DataError(f"{where}: field {key!r} is empty")
+            return q
+    extra = row.get("extra_info")
+    if isinstance(extra, Mapping) and isinstance(extra.get("question"), str):
+        return extra["question"]
+    prompt = row.get("prompt")  # verl: a list of chat messages; the question is the last user turn
+    if isinstance(prompt, Sequence) and not isinstance(prompt, str):
+        users = [m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        if users and isinstance(users[-1], str):
+            return users[-1]
+    raise DataError(f"{where}: no question field (looked for {', '.join(QUESTION_FIELDS)}, extra_info.question, prompt)")
+
+
+def _answers(row: Mapping[str, Any], where: str) -> list[str]:
+    if "golden_answers" in row:
+        answers = _as_answer(row["golden_answers"], where, "golden_answers")
+    else:
+        answers = []
+        for key in ANSWER_FIELDS:
+            if key in row and row[key] is not None:
+                answers = _as_answer(row[key], where, key)
+                if key == "answer" and len(answers) == 1 and "\n#### " in answers[0]:
+                    answers = [answers[0].rsplit("\n#### ", 1)[1].strip()]  # GSM8K: solution, then "#### 18"
+                break
+        else:
+            rm = row.get("reward_model")
+            if isinstance(rm, Mapping) and "ground_truth" in rm:
+                answers = _as_answer(rm["ground_truth"], where, "reward_model.ground_truth")
+            elif isinstance(row.get("solution"), str) and last_boxed(row["solution"]) is not None:
+                answers = [last_boxed(row["solution"])]  # MATH rows without an answer field
+            else:
+                raise DataError(
+                    f"{where}: no answer field (looked for golden_answers, {', '.join(ANSWER_FIELDS)}, "
+                    "reward_model.ground_truth, a \\boxed{} in solution)"
+                )
+        aliases = row.get("answer_aliases")
+        if aliases:
+            answers += [a for a in _as_answer(aliases, where, "answer_aliases") if a not in answers]
+    if not answers:
+        raise DataError(f"{where}: the golden answer list is empty")
+    return answers
+
+
+def _task_id(row: Mapping[str, Any], default: str) -> str:
+    for key in ID_FIELDS:
+        v = row.get(key)
+        if v is not None and not isinstance(v, bool) and str(v).strip():
+            return str(v) if key in ("id", "_id", "task_id", "question_id", "unique_id", "hle_id") else f"{default}-{v}"
+    extra = row.get("extra_info")
+    if isinstance(extra, Mapping) and extra.get("index") is not None:
+        return f"{default}-{extra['index']}"
+    return ""
+
+
+def normalize_row(
+    row: Any, where: str, *, reward: str, prefix: str, position: int, per_row_reward: bool = False,
+    benchmark: str | None = None,
+) -> Task:
+    """One raw record -> Task. `where` ("file, line 3") prefixes every error; `prefix` builds ids
+    for rows that have none; `per_row_reward` lets an `ability: math|qa` field pick the grader."""
+    if not isinstance(row, Mapping):
+        raise DataError(f"{where}: a record must be a JSON object, got {type(row).__name__}")
+    question = _question(row, where)
+    answers = _answers(row, where)
+    tid = _task_id(row, prefix) or f"{prefix}-{position:05d}"
+    kind = reward
+    if per_row_reward and row.get("ability") in ("math", "qa"):
+        kind = row["ability"]
+    meta = {k: v for k, v in row.items() if k not in ("id", "question", "golden_answers")}
+    meta["source"] = where
+    if benchmark:
+        meta["benchmark"] = benchmark
+    return Task(id=tid, question=question, answers=answers, metadata=meta, reward=kind)
+
+
+# ---------------------------------------------------------------------------------------------
+# public loaders
+
+
+def _file_tasks(
+    path: Path, reward: str, per_row_reward: bool, benchmark: str | None, text_only: bool = False
+) -> list[Task]:
+    prefix = path.name.split(".")[0]
+    tasks: list[Task] = []
+    seen: dict[str, str] = {}
+    for i, (loc, row) in enumerate(read_rows(path)):
+        where = f"{path}, {loc}"
+        if text_only and isinstance(row, Mapping) and (row.get("file_name") or row.get("image")):
+            continue
+        task = normalize_row(
+            row, where, reward=reward, prefix=prefix, position=i, per_row_reward=per_row_reward, benchmark=benchmark
+        )
+        if task.id in seen:
+            raise DataError(f"{where}: field 'id' = {task.id!r} repeats the id of {seen[task.id]}; ids must be unique")
+        seen[task.id] = loc
+        tasks.append(task)
+    if not tasks:
+        raise DataError(f"{path}: no records")
+    return tasks
+
+
+def load_tasks(
+    data_files: str | os.PathLike | Sequence[str | os.PathLike],
+    reward: str = "qa",
+    *,
+    per_row_reward: bool = False,
+    benchmark: str | None = None,
+) -> list[Task]:
+    """Tasks from one or more local files (.jsonl, .jsonl.gz, .json, .parquet), graded by `reward`
+    (`math`, `qa`, `judge` or `exact`)."""
+    files = [data_files] if isinstance(data_files, str | os.PathLike) else list(data_files)
+    if not files:
+        raise ValueError("data_files is empty: pass a path or a list of paths")
+    out: list[Task] = []
+    for f in files:
+        out.extend(_file_tasks(Path(f), reward, per_row_reward, benchmark))
+    return out
+
+
+def data_dir() -> Path | None:
+    d = os.environ.get(DATA_DIR_ENV)
+    return Path(d) if d else None
+
+
+def _load_hf(spec: BenchmarkSpec, split: str | None) -> list[Task]:
+    import datasets  # noqa: PLC0415 (optional dependency)
+
+    hf_split = split or spec.hf_split
+    ds = datasets.load_dataset(spec.hf_id, spec.hf_config, split=hf_split)
+    tasks = []
+    for i, row in enumerate(ds):
+        if spec.text_only and (row.get("file_name") or row.get("image")):
+            continue
+        where = f"hf:{spec.hf_id}[{spec.hf_config or ''}:{hf_split}], row {i + 1}"
+        tasks.append(
+            normalize_row(row, where, reward=spec.reward, prefix=spec.name, position=i, per_row_reward=spec.train,
+                          benchmark=spec.name)
+        )
+    return tasks
+
+
+def benchmark_path(name: str, split: str | None = None) -> Path | None:
+    """The local file of a benchmark split under $AGENT_ENVS_DATA_DIR (None if the variable is unset)."""
+    spec = get_spec(name)
+    key = split or spec.default_split
+    if key not in spec.files:
+        raise KeyError(f"benchmark {spec.name!r} has no local split {key!r}; local splits: {', '.join(spec.files)}")
+    base = data_dir()
+    return base / spec.files[key] if base else None
+
+
+def load_benchmark(
+    name: str,
+    data_files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    split: str | None = None,
+) -> list[Task]:
+    """Tasks of a named benchmark (see `BENCHMARKS`).
+
+    Lookup order: `data_files` when given; else `$AGENT_ENVS_DATA_DIR/<file of split>`; else the
+    Hugging Face copy (`datasets` installed, access granted); else an error saying what to pass.
+    """
+    spec = get_spec(name)
+    if data_files is not None:
+        return load_tasks(data_files, spec.reward, per_row_reward=spec.train, benchmark=spec.name)
+    local_split = split if split is None or split in spec.files else None
+    path = benchmark_path(spec.name, local_split) if (split is None or local_split) else None
+    if path is not None and path.is_file():
+        return _file_tasks(path, spec.reward, spec.train, spec.name)
+    hf_error = ""
+    if spec.hf_id:
+        try:
+            return _load_hf(spec, None if local_split else split)
+        except ImportError:
+            hf_error = "the `datasets` package is not installed"
+        except Exception as e:  # offline, gated, renamed: say so, then say what to pass instead
+            hf_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    want = spec.files.get(local_split or spec.default_split, spec.default_file)
+    where = f"{path}" if path is not None else f"$AGENT_ENVS_DATA_DIR/{want} ({DATA_DIR_ENV} is unset)"
+    raise FileNotFoundError(
+        f"benchmark {spec.name!r} (split {split or spec.default_split!r}): no data at {where}"
+        + (f"; Hugging Face {spec.hf_id!r} failed: {hf_error}" if spec.hf_id else "")
+        + f". Pass data_files='path/to/{Path(want).name}' (one of {', '.join(SUPPORTED)}), "
+        f"or set {DATA_DIR_ENV} to a folder holding {want}. Full data: {spec.full_data or 'see docs/benchmarks-data.md'}"
+    )
+
+
+def load_local_splits(name: str) -> dict[str, list[Task]]:
+    """Every local split of a benchmark that exists under $AGENT_ENVS_DATA_DIR."""
+    spec = get_spec(name)
+    out = {}
+    for split in spec.files:
+        path = benchmark_path(spec.name, split)
+        if path is not None and path.is_file():
+            out[split] = _file_tasks(path, spec.reward, spec.train, spec.name)
+    return out
