@@ -1,0 +1,169 @@
+"""Pooled aiohttp sessions and retried HTTP requests, shared by the search and browse tools.
+
+Tools are called from whatever event loop the caller runs (the env's background loop, a test's
+loop, `asyncio.run` inside `Tool.run`). An aiohttp session belongs to one loop, so the pool keeps
+one session per loop and drops sessions whose loop has closed. Retries follow the retrieval spec:
+transient failures only (HTTP 5xx and 429, connection errors, timeouts), linear back-off.
+
+    >>> import asyncio
+    >>> pool = SessionPool()
+    >>> async def main():
+    ...     s = await pool.get()
+    ...     same = s is await pool.get()
+    ...     await pool.aclose()
+    ...     return same
+    >>> asyncio.run(main())
+    True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+T = TypeVar("T")
+
+
+class TransientError(Exception):
+    """A failure worth retrying (5xx, 429, dropped connection, timeout)."""
+
+
+class PermanentError(Exception):
+    """A failure that retrying cannot fix (4xx, bad payload)."""
+
+
+class SessionPool:
+    """One pooled `aiohttp.ClientSession` per running event loop."""
+
+    def __init__(self, limit: int = 64, headers: dict[str, str] | None = None) -> None:
+        self.limit = limit
+        self.headers = dict(headers or {})
+        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+
+    async def get(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        self._drop_dead()
+        entry = self._sessions.get(id(loop))
+        if entry is not None and entry[0] is loop and not entry[1].closed:
+            return entry[1]
+        connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=self.limit, ttl_dns_cache=300)
+        session = aiohttp.ClientSession(connector=connector, headers=self.headers)
+        self._sessions[id(loop)] = (loop, session)
+        return session
+
+    def _drop_dead(self) -> None:
+        for key, (loop, session) in list(self._sessions.items()):
+            if loop.is_closed():
+                # The loop that owned it is gone (e.g. `Tool.run` used asyncio.run); close the
+                # connector synchronously so the session is not reported as leaked.
+                with contextlib.suppress(Exception):
+                    if session.connector is not None:
+                        session.connector._close()
+                del self._sessions[key]
+
+    async def aclose(self) -> None:
+        """Close the current loop's session (and forget those of closed loops)."""
+        self._drop_dead()
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.pop(id(loop), None)
+        if entry is not None:
+            await entry[1].close()
+
+
+class LoopSemaphore:
+    """A concurrency limit that works from any event loop (asyncio primitives bind to one)."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"concurrency limit must be >= 1, got {limit}")
+        self.limit = limit
+        self._sems: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+
+    def get(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        entry = self._sems.get(id(loop))
+        if entry is None or entry[0] is not loop:
+            for key, (old, _) in list(self._sems.items()):
+                if old.is_closed():
+                    del self._sems[key]
+            entry = (loop, asyncio.Semaphore(self.limit))
+            self._sems[id(loop)] = entry
+        return entry[1]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries for idempotent requests: `max_retries` extra attempts, sleeping `backoff_s * attempt`."""
+
+    max_retries: int = 10
+    backoff_s: float = 1.0
+    max_backoff_s: float = 10.0
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]], policy: RetryPolicy, describe: str = "request"
+) -> tuple[T, int]:
+    """Run `attempt` until it succeeds or a permanent error; returns (value, retries used).
+
+    Raises the last `TransientError` once retries are exhausted, or a `PermanentError` at once.
+    """
+    retries = 0
+    while True:
+        try:
+            return await attempt(), retries
+        except PermanentError:
+            raise
+        except (
+            TransientError,
+            aiohttp.ClientConnectionError,
+            aiohttp.ClientPayloadError,
+            TimeoutError,
+        ) as exc:
+            if retries >= policy.max_retries:
+                if isinstance(exc, TransientError):
+                    raise
+                raise TransientError(f"{describe}: {_describe(exc)}") from exc
+            retries += 1
+            await asyncio.sleep(min(policy.backoff_s * retries, policy.max_backoff_s))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def raise_for_status(status: int, url: str, body: str = "") -> None:
+    """Classify an HTTP status: 5xx/429 are transient, other 4xx permanent."""
+    if status < 400:
+        return
+    snippet = " ".join(body.split())[:200]
+    message = f"HTTP {status} from {url}" + (f": {snippet}" if snippet else "")
+    if status >= 500 or status == 429:
+        raise TransientError(message)
+    raise PermanentError(message)
+
+
+def request_id() -> str:
+    """A short id sent as `X-Request-Id` so client and server logs can be matched."""
+    return uuid.uuid4().hex[:12]
+
+
+def timeout_of(seconds: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=seconds)
+
+
+def json_or_error(text: str, url: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PermanentError(
+            f"invalid JSON from {url} ({exc.msg} at char {exc.pos}): {text[:120]!r}"
+        ) from exc
