@@ -1,0 +1,118 @@
+"""ARPO: GRPO over an entropy-branching tree rollout, with soft or hard advantage attribution.
+
+GRPO, except:
+
+* rollouts come from `algorithms.rollout.tree.TreeRollout` (M trajectories per prompt: N full
+  ones, plus forks after high-entropy tool results, plus top-ups), not flat group sampling;
+* `advantage_attribution="hard"` gives a token shared by several trajectories of a tree the mean
+  advantage of those trajectories, counted once (spec §6.7); `"soft"` (default) is plain GRPO.
+
+    >>> import torch
+    >>> adv, mask = hard_attribution(torch.tensor([1.0, -1.0]), keys=["a", "b"], parents=[None, "a"],
+    ...                              offsets=[0, 2], mask=torch.ones(2, 4))
+    >>> adv[1].tolist(), mask[1].tolist()
+    ([0.0, 0.0, -1.0, -1.0], [0.0, 0.0, 1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+ATTRIBUTIONS = ("soft", "hard", "hard_no_dedupe")
+
+
+def _owner_spans(
+    i: int, parent_index: list[int | None], offsets: Sequence[int], width: int, memo: dict
+) -> list[tuple[int, int, int]]:
+    """[(start, end, owner)]: which trajectory first generated each response position of i."""
+    if i in memo:
+        return memo[i]
+    p = parent_index[i]
+    if p is None:
+        spans = [(0, width, i)]
+    else:
+        b = offsets[i]
+        spans = [
+            (s, min(e, b), o) for s, e, o in _owner_spans(p, parent_index, offsets, width, memo) if s < b
+        ]
+        spans.append((b, width, i))
+    memo[i] = spans
+    return spans
+
+
+def hard_attribution(
+    advantages: torch.Tensor,
+    *,
+    keys: Sequence[Hashable],
+    parents: Sequence[Hashable | None],
+    offsets: Sequence[int],
+    mask: torch.Tensor,
+    dedupe: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token advantages and loss mask under hard attribution (spec §6.7).
+
+    Trajectory i is a fork of `parents[i]` (None for a root: an initial path or a top-up) whose own
+    tokens start at response offset `offsets[i]`; its positions before that are copies of the
+    parent's. The tree is built from this lineage only, never from equal token values.
+
+    A token node shared by the set S of trajectories gets A_node = mean_{j∈S} A_j. With `dedupe`
+    only the lowest-index copy keeps its mask, so the shared token counts once in the loss
+    numerator and in N_tok; the other copies get mask 0 (for the loss only). Without `dedupe`
+    (`hard_no_dedupe`) every copy keeps A_node and its mask.
+
+    Args:
+        advantages: [B] one outcome advantage per trajectory (e.g. GRPO's).
+        keys / parents: a unique key per trajectory and its parent's key (within this batch).
+        offsets: branch offset of each fork in response positions (ignored for roots).
+        mask: [B, T] loss mask over response positions.
+    Returns:
+        ([B, T] advantages, [B, T] mask).
+    """
+    n, width = mask.shape
+    if advantages.shape != (n,):
+        raise ValueError(f"advantages must be [B]={n} (one per trajectory), got {tuple(advantages.shape)}")
+    if not len(keys) == len(parents) == len(offsets) == n:
+        raise ValueError(f"keys, parents and offsets need one entry per trajectory ({n})")
+    index = {k: i for i, k in enumerate(keys)}
+    if len(index) != n:
+        raise ValueError("trajectory keys must be unique within the batch")
+    parent_index: list[int | None] = []
+    for i, p in enumerate(parents):
+        if p is None:
+            parent_index.append(None)
+            continue
+        if p not in index:
+            raise ValueError(
+                f"trajectory {keys[i]!r} is a fork of {p!r}, which is not in the batch; "
+                "keep whole tree groups together (never filter single trajectories of a tree)"
+            )
+        if not 0 <= offsets[i] <= width:
+            raise ValueError(f"trajectory {keys[i]!r}: branch offset {offsets[i]} is outside [0, {width}]")
+        parent_index.append(index[p])
+
+    memo: dict = {}
+    spans = [_owner_spans(i, parent_index, offsets, width, memo) for i in range(n)]
+    adv = advantages.detach().double()
+    total = torch.zeros(n, width, dtype=torch.float64)  # indexed by owner
+    count = torch.zeros(n, width, dtype=torch.float64)
+    first = torch.full((n, width), n, dtype=torch.long)
+    for j in range(n):
+        for s, e, o in spans[j]:
+            if s < e:
+                total[o, s:e] += adv[j]
+                count[o, s:e] += 1
+                first[o, s:e] = torch.minimum(first[o, s:e], torch.tensor(j))
+    out = torch.zeros(n, width, dtype=torch.float64)
+    keep = torch.zeros(n, width, dtype=torch.bool)
+    for j in range(n):
+        for s, e, o in spans[j]:
+            if s < e:
+                out[j, s:e] = total[o, s:e] / count[o, s:e]
+                keep[j, s:e] = first[o, s:e] == j
+    new_mask = mask * keep.to(mask.dtype) if dedupe else mask.clone()
+    return out.to(advantages.dtype if advantages.is_floating_point() else torch.float32), new_mask
+
+
+__all__ = ["ATTRIBUTIONS", "hard_attribution"]

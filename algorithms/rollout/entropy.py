@@ -1,0 +1,177 @@
+"""Token entropy for entropy-guided rollouts (ARPO/AEPO) and for the trainer.
+
+Two sources of per-position entropy h_j:
+
+* **top-K estimate** from the engine's top-K log-probs (vLLM `SamplingParams.logprobs=K`):
+  h_j = −Σ_{rank ≤ K} p·log p. Exactly the K most likely entries are used; the extra sampled-token
+  entry vLLM appends when the sampled token is outside the top K is dropped (spec defect D4).
+* **exact** entropy from full logits at the rollout temperature (HF engine, trainer forward pass):
+  H = logsumexp(z/T) − Σ softmax(z/T)·z/T, chunked over positions to bound memory.
+
+A segment's entropy (the quantity ARPO compares with the path's initial entropy) reduces the first
+k positions of a segment, normalised by ln|V| so it is comparable across vocabularies:
+
+* `scaled_mean` (default): k · mean_{j ≤ min(k,n)} h_j / ln|V|. Equals the reference scale on
+  segments of ≥ k tokens, and is not biased low on short segments (defect D3).
+* `sum` (the public reference): Σ_{j ≤ min(k,n)} h_j / ln|V|.
+* `mean`: mean h_j / ln|V| ∈ [0, 1] (multiply `entropy_weight` by k to keep the same sensitivity).
+
+    >>> h = position_entropies([[-0.1, -2.4, -5.0], [-0.7, -0.7]], topk=2)
+    >>> round(segment_entropy(h, vocab_size=370, tokens=20), 4)
+    1.6968
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Reduction = Literal["scaled_mean", "sum", "mean"]
+REDUCTIONS = ("scaled_mean", "sum", "mean")
+
+
+@dataclass(frozen=True)
+class EntropySettings:
+    """How a generated segment's entropy is measured (spec §6.3).
+
+    tokens: k, the leading positions of a segment that count (reference: 20, hard-coded).
+    topk: K, top-K log-probs requested per position (reference: 10; vLLM caps at 20 unless the
+        engine's `max_logprobs` is raised).
+    reduction: `scaled_mean` (ours), `sum` (reference) or `mean`.
+    tail_correction: add the estimated entropy of the mass outside the top K, spread uniformly
+        over the |V| − K other tokens (not in the reference; off by default).
+    source: `topk` always uses the top-K estimate; `exact` needs the engine's exact per-position
+        entropy (HF); `auto` uses exact entropy when the engine gives it, else top-K.
+    """
+
+    tokens: int = 20
+    topk: int = 10
+    reduction: Reduction = "scaled_mean"
+    tail_correction: bool = False
+    source: Literal["auto", "topk", "exact"] = "topk"
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1:
+            raise ValueError(f"entropy_tokens must be ≥ 1, got {self.tokens}")
+        if self.topk < 1:
+            raise ValueError(f"entropy_topk must be ≥ 1 (the engine's logprobs=K), got {self.topk}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"entropy_reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+        if self.source not in ("auto", "topk", "exact"):
+            raise ValueError(f"entropy_source must be auto, topk or exact, got {self.source!r}")
+
+
+def position_entropy(logprobs: Sequence[float], topk: int, *, vocab_size: int | None = None) -> float:
+    """h_j from one position's returned log-probs, keeping the `topk` largest (rank ≤ K).
+
+    With `vocab_size`, adds the tail term −(1−Σp)·log((1−Σp)/(|V|−K)) for the mass outside the
+    top K (the `entropy_tail_correction` option).
+    """
+    kept = sorted(logprobs, reverse=True)[:topk]
+    h = 0.0
+    mass = 0.0
+    for lp in kept:
+        if lp == -math.inf:
+            continue
+        p = math.exp(lp)
+        h -= p * lp
+        mass += p
+    if vocab_size is not None:
+        rest = 1.0 - mass
+        others = vocab_size - len(kept)
+        if rest > 1e-12 and others > 0:
+            h -= rest * math.log(rest / others)
+    return h
+
+
+def position_entropies(
+    top_logprobs: Sequence[Sequence[float]], topk: int, *, vocab_size: int | None = None
+) -> list[float]:
+    """h_j for every position of a segment (see `position_entropy`)."""
+    return [position_entropy(row, topk, vocab_size=vocab_size) for row in top_logprobs]
+
+
+def segment_entropy(
+    entropies: Sequence[float], *, vocab_size: int, tokens: int = 20, reduction: Reduction = "scaled_mean"
+) -> float | None:
+    """H_seg of a segment from its per-position entropies; `None` for an empty segment.
+
+    An empty segment has no entropy, so it makes no branch decision (spec §6.3).
+    """
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be ≥ 2 to normalise by ln|V|, got {vocab_size}")
+    head = list(entropies[:tokens])
+    if not head:
+        return None
+    log_v = math.log(vocab_size)
+    total = math.fsum(head)
+    if reduction == "scaled_mean":
+        return tokens * total / len(head) / log_v
+    if reduction == "sum":
+        return total / log_v
+    if reduction == "mean":
+        return total / len(head) / log_v
+    raise ValueError(f"entropy_reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def measure_segment(
+    top_logprobs: Sequence[Sequence[float]] | None,
+    exact: Sequence[float] | None,
+    settings: EntropySettings,
+    vocab_size: int,
+) -> float | None:
+    """H_seg of one generated segment from whatever entropy data the engine returned.
+
+    `top_logprobs` is the engine's per-position top-K list, `exact` its exact per-position
+    entropy (or None). Raises when the chosen source is missing, since a silent zero would
+    disable branching (the engine must be asked for `logprobs=K`).
+    """
+    use_exact = settings.source == "exact" or (settings.source == "auto" and exact is not None)
+    if use_exact:
+        if exact is None:
+            raise ValueError(
+                "entropy_source='exact' but the engine returned no exact entropy; use 'topk' or 'auto'"
+            )
+        h = list(exact[: settings.tokens])
+    else:
+        if top_logprobs is None:
+            raise ValueError(
+                "the engine returned no top-K log-probs; request SamplingParams(logprobs=K) with K = entropy_topk"
+            )
+        tail_v = vocab_size if settings.tail_correction else None
+        h = position_entropies(top_logprobs[: settings.tokens], settings.topk, vocab_size=tail_v)
+    return segment_entropy(h, vocab_size=vocab_size, tokens=settings.tokens, reduction=settings.reduction)
+
+
+def exact_entropy(logits, temperature: float = 1.0, chunk_size: int = 1024):
+    """Exact entropy of softmax(logits / T) over the last dimension, detached from the graph.
+
+    `logits` is a torch tensor [..., V]; positions are processed in chunks of `chunk_size` so
+    the float32 softmax never materialises for the whole sequence at once (V ≈ 150k for Qwen).
+    """
+    import torch
+
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for entropy, got {temperature}")
+    shape = logits.shape[:-1]
+    flat = logits.detach().reshape(-1, logits.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+    for start in range(0, flat.shape[0], chunk_size):
+        z = flat[start : start + chunk_size].float() / temperature
+        logp = torch.log_softmax(z, dim=-1)
+        # masked logits (-inf) give 0·(-inf) = nan; their contribution is 0
+        out[start : start + chunk_size] = -torch.nan_to_num(logp.exp() * logp, nan=0.0).sum(-1)
+    return out.reshape(shape)
+
+
+__all__ = [
+    "REDUCTIONS",
+    "EntropySettings",
+    "exact_entropy",
+    "measure_segment",
+    "position_entropies",
+    "position_entropy",
+    "segment_entropy",
+]
