@@ -56,7 +56,9 @@ class SamplingParams:
         if self.n < 1:
             raise ValueError(f"SamplingParams.n={self.n} must be >= 1")
         if self.logprobs < 0:
-            raise ValueError(f"SamplingParams.logprobs={self.logprobs} must be >= 0 (k of the top-k log-probs)")
+            raise ValueError(
+                f"SamplingParams.logprobs={self.logprobs} must be >= 0 (k of the top-k log-probs)"
+            )
         if isinstance(self.stop, str):
             raise TypeError(f"SamplingParams.stop must be a list of strings, got the string {self.stop!r}")
 
@@ -122,7 +124,9 @@ def per_request(
         return [params] * len(prompts)
     params = list(params)
     if len(params) != len(prompts):
-        raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams; pass one or one per prompt")
+        raise ValueError(
+            f"got {len(prompts)} prompts but {len(params)} SamplingParams; pass one or one per prompt"
+        )
     return params
 
 
@@ -131,7 +135,7 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
     best, which = len(text) + 1, None
     for s in stops:
         i = text.find(s) if s else -1
-        if 0 <= i and i + len(s) < best:
+        if i >= 0 and i + len(s) < best:
             best, which = i + len(s), s
     return (text[:best], which) if which is not None else (text, None)
 
@@ -141,4 +145,12 @@ def topk_entropy(top_logprobs: Sequence[float]) -> float:
     return -sum(math.exp(lp) * lp for lp in top_logprobs if lp > -math.inf)
 
 
-__all__ = ["FinishReason", "RolloutEngine", "SamplingParams", "Segment", "cut_at_stop", "per_request", "topk_entropy"]
+__all__ = [
+    "FinishReason",
+    "RolloutEngine",
+    "SamplingParams",
+    "Segment",
+    "cut_at_stop",
+    "per_request",
+    "topk_entropy",
+]

@@ -70,7 +70,9 @@ class HFEngine:
         if tokenizer.eos_token_id is not None:
             eos.append(tokenizer.eos_token_id)
         self.eos_ids = set(eos)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids, default=0)
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids, default=0)
+        )
         self.max_model_len = getattr(self.model.config, "max_position_embeddings", 1 << 30)
         self._lock = threading.Lock()
         self.generated_tokens = 0
@@ -83,7 +85,9 @@ class HFEngine:
         reqs: list[tuple[list[int], SamplingParams]] = []
         for prompt, p in zip(prompts, per_request(prompts, params), strict=True):
             if not prompt:
-                raise ValueError("HFEngine.generate: a prompt is empty; prompts must hold at least one token id")
+                raise ValueError(
+                    "HFEngine.generate: a prompt is empty; prompts must hold at least one token id"
+                )
             # n samples of a seeded request must differ, like vLLM's: seed, seed+1, ...
             reqs += [(list(prompt), p if p.seed is None else p.with_(seed=p.seed + j)) for j in range(p.n)]
         out: list[Segment | None] = [None] * len(reqs)
@@ -130,12 +134,17 @@ class HFEngine:
         top_ps = torch.tensor([p.top_p for _, p in reqs]).unsqueeze(1)
         gens = [torch.Generator().manual_seed(p.seed) if p.seed is not None else None for _, p in reqs]
         want_entropy = True
-        segs = [Segment([], [], [] if p.logprobs else None, entropy=[] if want_entropy else None) for _, p in reqs]
+        segs = [
+            Segment([], [], [] if p.logprobs else None, entropy=[] if want_entropy else None) for _, p in reqs
+        ]
         live = [row for row in range(b) if limits[row] > 0]
         window = max((len(s) for _, p in reqs for s in p.stop), default=0) + 4
 
         out = self.model(
-            input_ids=input_ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev), use_cache=True
+            input_ids=input_ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
+            use_cache=True,
         )
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float().cpu()
@@ -194,10 +203,14 @@ class HFEngine:
 
         for (_, p), seg in zip(reqs, segs, strict=True):
             text = self.tokenizer.decode(seg.token_ids, skip_special_tokens=True)
-            seg.text, seg.stop_str = cut_at_stop(text, p.stop) if seg.finish_reason == "stop" else (text, None)
+            seg.text, seg.stop_str = (
+                cut_at_stop(text, p.stop) if seg.finish_reason == "stop" else (text, None)
+            )
         return segs
 
-    def _sample(self, logp: torch.Tensor, greedy: torch.Tensor, gens: list[torch.Generator | None]) -> torch.Tensor:
+    def _sample(
+        self, logp: torch.Tensor, greedy: torch.Tensor, gens: list[torch.Generator | None]
+    ) -> torch.Tensor:
         tokens = logp.argmax(-1)
         probs = logp.exp()
         free = [j for j, g in enumerate(gens) if g is None and not greedy[j]]

@@ -37,8 +37,21 @@ from agent_envs.core.protocol import ArpoTags
 BUILDER_VERSION = 1
 
 PROTOCOL_TAGS = (
-    "<think>", "</think>", "<python>", "</python>", "<search>", "</search>", "<browse>", "</browse>",
-    "<result>", "</result>", "<answer>", "</answer>", "<tool_call>", "</tool_call>", "<tool_response>",
+    "<think>",
+    "</think>",
+    "<python>",
+    "</python>",
+    "<search>",
+    "</search>",
+    "<browse>",
+    "</browse>",
+    "<result>",
+    "</result>",
+    "<answer>",
+    "</answer>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
     "</tool_response>",
 )
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -56,7 +69,7 @@ CHAT_TEMPLATE = (
     "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
     "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
-    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
     "{%- elif messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
@@ -105,7 +118,9 @@ class TinyModelConfig:
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
         if self.vocab_size < 300:
-            raise ValueError(f"TinyModelConfig: vocab_size={self.vocab_size} must be >= 300 (256 bytes + tags)")
+            raise ValueError(
+                f"TinyModelConfig: vocab_size={self.vocab_size} must be >= 300 (256 bytes + tags)"
+            )
         if self.warmup_steps < 0:
             raise ValueError(f"TinyModelConfig: warmup_steps={self.warmup_steps} must be >= 0")
 
@@ -288,7 +303,9 @@ def _build(cfg: TinyModelConfig, out: Path) -> None:
     )
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    (out / "tiny_model.json").write_text(json.dumps({"builder_version": BUILDER_VERSION, **asdict(cfg)}, indent=1))
+    (out / "tiny_model.json").write_text(
+        json.dumps({"builder_version": BUILDER_VERSION, **asdict(cfg)}, indent=1)
+    )
 
 
 def build_tiny_model(out_dir: str | Path | None = None, seed: int = 0, **settings) -> Path:
@@ -309,9 +326,17 @@ def build_tiny_model(out_dir: str | Path | None = None, seed: int = 0, **setting
     marker = target / "tiny_model.json"
     if marker.exists():
         saved = json.loads(marker.read_text())
-        if saved.get("builder_version") == BUILDER_VERSION and TinyModelConfig(
-            **{k: tuple(v) if k == "extra_text" else v for k, v in saved.items() if k != "builder_version"}
-        ) == cfg:
+        if (
+            saved.get("builder_version") == BUILDER_VERSION
+            and TinyModelConfig(
+                **{
+                    k: tuple(v) if k == "extra_text" else v
+                    for k, v in saved.items()
+                    if k != "builder_version"
+                }
+            )
+            == cfg
+        ):
             return target
         if out_dir is None:
             raise RuntimeError(f"tiny-model cache entry {target} holds other settings; delete it and retry")
@@ -333,4 +358,11 @@ def build_tiny_model(out_dir: str | Path | None = None, seed: int = 0, **setting
     return target
 
 
-__all__ = ["CHAT_TEMPLATE", "PROTOCOL_TAGS", "TinyModelConfig", "build_tiny_model", "corpus", "default_cache_dir"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "PROTOCOL_TAGS",
+    "TinyModelConfig",
+    "build_tiny_model",
+    "corpus",
+    "default_cache_dir",
+]

