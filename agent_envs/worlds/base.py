@@ -1,0 +1,134 @@
+"""What every procedural world shares: a seeded config, deterministic indexing, and a registry.
+
+A world is an indexable source of `Task`s (what `ToolEnv` plays) plus the tools its tasks need.
+Task `i` of a world is built from `Random(seed * 1_000_003 + i)` alone, so the same config always
+gives the same task, and any index can be generated without the ones before it.
+
+    >>> from agent_envs.worlds import make_world
+    >>> w = make_world("arithmetic", seed=0)
+    >>> w[3] == make_world("arithmetic", seed=0)[3]
+    True
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from random import Random
+from typing import Any, ClassVar
+
+from agent_envs.core.task import Task
+from agent_envs.tools.base import Tool
+
+# Task i of seed s uses Random(s * SEED_STRIDE + i): distinct for every (s, i) with i < SEED_STRIDE.
+SEED_STRIDE = 1_000_003
+
+
+@dataclass
+class WorldConfig:
+    """Fields every world has. Subclasses add their own and extend `validate()`."""
+
+    seed: int = 0  # the world (entities, pages) and every task derive from it
+    difficulty: int = 1  # meaning is per world; see each world's config
+    size: int = 100_000  # len(world): how many task indices are valid
+
+    max_difficulty: ClassVar[int] = 1
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field and its allowed range."""
+        name = type(self).__name__
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{name}.{f.name} must be an int, got {value!r}")
+        if self.seed < 0:
+            raise ValueError(f"{name}.seed must be >= 0, got {self.seed}")
+        if not 1 <= self.size <= SEED_STRIDE:
+            raise ValueError(f"{name}.size must be in [1, {SEED_STRIDE}], got {self.size}")
+        if not 1 <= self.difficulty <= self.max_difficulty:
+            raise ValueError(
+                f"{name}.difficulty must be in [1, {self.max_difficulty}], got {self.difficulty}"
+            )
+
+    def _require(self, field_name: str, ok: bool, rule: str) -> None:
+        if not ok:
+            raise ValueError(f"{type(self).__name__}.{field_name} {rule}, got {getattr(self, field_name)!r}")
+
+
+class World(ABC):
+    """An indexable, seeded source of tasks with gold traces (a `TaskSource` for `ToolEnv`)."""
+
+    name: ClassVar[str] = "world"
+    config_class: ClassVar[type[WorldConfig]] = WorldConfig
+
+    def __init__(self, config: WorldConfig | None = None) -> None:
+        config = config if config is not None else self.config_class()
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        config.validate()
+        self.config = config
+
+    def __len__(self) -> int:
+        return self.config.size
+
+    def __getitem__(self, index: int) -> Task:
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"{self.name} world indices are ints, got {type(index).__name__}")
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(
+                f"task index {index} is out of range for the {self.name} world of size {len(self)}"
+            )
+        return self._make_task(Random(self.config.seed * SEED_STRIDE + index), index)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"
+
+    def task_id(self, index: int) -> str:
+        return f"{self.name}-s{self.config.seed}-{index}"
+
+    def metadata(self, index: int, **extra: Any) -> dict[str, Any]:
+        """Metadata every task of a world carries, plus world-specific fields."""
+        return {
+            "world": self.name,
+            "seed": self.config.seed,
+            "index": index,
+            "difficulty": self.config.difficulty,
+            **extra,
+        }
+
+    @abstractmethod
+    def _make_task(self, rng: Random, index: int) -> Task:
+        """Build task `index` using only `rng` (and the world's seeded structure)."""
+
+    @abstractmethod
+    def make_tools(self) -> list[Tool]:
+        """Fresh instances of the tools this world's tasks need, with deterministic output."""
+
+
+WORLDS: dict[str, type[World]] = {}
+
+
+def register_world(world: type[World]) -> type[World]:
+    """Add a world class to the registry under its `name`."""
+    if world.name in WORLDS and WORLDS[world.name] is not world:
+        raise ValueError(
+            f"a world named {world.name!r} is already registered ({WORLDS[world.name].__name__})"
+        )
+    WORLDS[world.name] = world
+    return world
+
+
+def make_world(name: str, **config: Any) -> World:
+    """Build a registered world from config fields, e.g. `make_world("web", seed=1, difficulty=3)`."""
+    if name not in WORLDS:
+        raise KeyError(f"unknown world {name!r}; registered worlds: {sorted(WORLDS)}")
+    cls = WORLDS[name]
+    known = {f.name for f in fields(cls.config_class)}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ValueError(f"{cls.config_class.__name__} has no field(s) {unknown}; fields are {sorted(known)}")
+    return cls(cls.config_class(**config))

@@ -1,0 +1,293 @@
+"""A synthetic web of linked pages for deep search: search finds a home page, links lead to the fact.
+
+Each fictional organisation (a rowing club, a film festival, ...) has a home page, a people page,
+one profile per committee member and one page per event; towns have pages on a shared atlas
+site. Only home pages are in the search index, and their snippets hold no facts, so an answer
+at depth d takes one search and d visits along links:
+
+| depth | question | path |
+|---|---|---|
+| 1 | In which year was the Brindle Rowing Club founded? | home |
+| 2 | Who is the treasurer of the Brindle Rowing Club? | home, people |
+| 3 | Where was the treasurer of ... born? / In which month is the Kelvo Cup of ... held? | ..., profile or event |
+| 4 | In which province was the treasurer of ... born? | ..., town page |
+
+    >>> from agent_envs.worlds import WebWorld, WebConfig
+    >>> w = WebWorld(WebConfig(seed=0, difficulty=4))
+    >>> task = w[0]
+    >>> task.metadata["depth"] == len(task.gold_trace) - 2, all(p["url"] in w.html for p in w.pages)
+    (True, True)
+
+`difficulty` is the largest depth (1-4); depths are drawn uniformly from [min_depth, difficulty].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from html import escape
+from random import Random
+from typing import Any, ClassVar
+
+from agent_envs.core.task import Task
+from agent_envs.tools.base import Tool
+from agent_envs.worlds.base import World, WorldConfig, register_world
+from agent_envs.worlds.names import NameMaker
+
+KINDS = (
+    "Rowing Club",
+    "Chess Society",
+    "Film Festival",
+    "Robotics Lab",
+    "Choir",
+    "Garden Trust",
+    "Book Club",
+    "Astronomy Society",
+)
+ROLES = ("chair", "treasurer", "secretary")
+EVENT_KINDS = ("Cup", "Fair", "Gala", "Marathon", "Concert", "Workshop")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+ATLAS = "https://atlas.web"
+
+
+@dataclass
+class WebConfig(WorldConfig):
+    """Synthetic web settings. `difficulty` is the largest link depth of an answer (1-4)."""
+
+    difficulty: int = 2  # answers lie min_depth..difficulty links below a search hit
+    min_depth: int = 1
+    n_sites: int = 40  # organisations, each with ~6 pages; towns scale with it
+    page_chars: int = 600  # pages are written short; this is the limit the browse tool applies
+
+    max_difficulty: ClassVar[int] = 4
+
+    def validate(self) -> None:
+        super().validate()
+        self._require("min_depth", 1 <= self.min_depth <= self.difficulty, "must be in [1, difficulty]")
+        self._require("n_sites", 2 <= self.n_sites <= 5000, "must be in [2, 5000]")
+        self._require("page_chars", self.page_chars >= 300, "must be >= 300 (a page must fit its links)")
+
+
+@register_world
+class WebWorld(World):
+    """Deep-search questions over linked pages (`reward="qa"`), solved with `SearchTool` and `BrowseTool`."""
+
+    name = "web"
+    config_class = WebConfig
+    config: WebConfig
+
+    @cached_property
+    def _site(self) -> dict[str, Any]:
+        rng = Random(f"web:{self.config.seed}")
+        names = NameMaker(rng)
+        pages: dict[str, dict[str, Any]] = {}
+
+        def add(url: str, title: str, text: str, links: list[tuple[str, str]] = ()) -> None:
+            pages[url] = {
+                "url": url,
+                "title": title,
+                "text": text,
+                "links": [{"title": t, "url": u} for t, u in links],
+            }
+
+        towns = []
+        provinces = [names.word() for _ in range(max(2, self.config.n_sites // 10))]
+        for _ in range(max(4, self.config.n_sites // 3)):
+            town, province = names.word(), rng.choice(provinces)
+            url = f"{ATLAS}/{town.lower()}"
+            add(url, town, f"{town} is a town in the province of {province}. {town} has a market square.")
+            towns.append({"name": town, "url": url, "province": province})
+        orgs = []
+        for _ in range(self.config.n_sites):
+            word, kind = names.word(), rng.choice(KINDS)
+            org = {
+                "name": f"{word} {kind}",
+                "home": f"https://{word.lower()}.web/",
+                "kind": kind.lower(),
+                "year": rng.randint(1850, 2020),
+                "town": rng.choice(towns),
+            }
+            org["people_url"], org["events_url"] = org["home"] + "people", org["home"] + "events"
+            org["members"] = []
+            for role in ROLES:
+                person = names.person()
+                member = {
+                    "role": role,
+                    "name": person,
+                    "town": rng.choice(towns),
+                    "joined": rng.randint(1990, 2024),
+                    "url": f"{org['home']}people/{person.split()[1].lower()}",
+                }
+                org["members"].append(member)
+                add(
+                    member["url"],
+                    person,
+                    f"{person} is the {role} of the {org['name']}. {person} was born in {member['town']['name']}"
+                    f" and joined in {member['joined']}.",
+                    [(member["town"]["name"], member["town"]["url"])],
+                )
+            org["events"] = []
+            for _ in range(2):
+                ev_word = names.word()
+                event = {
+                    "name": f"{ev_word} {rng.choice(EVENT_KINDS)}",
+                    "month": rng.choice(MONTHS),
+                    "town": rng.choice(towns),
+                    "url": f"{org['home']}events/{ev_word.lower()}",
+                }
+                org["events"].append(event)
+                add(
+                    event["url"],
+                    event["name"],
+                    f"The {event['name']} is held by the {org['name']} every {event['month']} in"
+                    f" {event['town']['name']}.",
+                    [(event["town"]["name"], event["town"]["url"])],
+                )
+            add(
+                org["home"],
+                org["name"],
+                f"Welcome to the {org['name']}, a {org['kind']} based in {org['town']['name']}."
+                f" It was founded in {org['year']}. See People and Events.",
+                [("People", org["people_url"]), ("Events", org["events_url"])],
+            )
+            add(
+                org["people_url"],
+                f"People of the {org['name']}",
+                " ".join(f"The {m['role']} is {m['name']}." for m in org["members"]),
+                [(m["name"], m["url"]) for m in org["members"]],
+            )
+            add(
+                org["events_url"],
+                f"Events of the {org['name']}",
+                f"The {org['name']} holds "
+                + " and ".join(f"the {e['name']}" for e in org["events"])
+                + " each year.",
+                [(e["name"], e["url"]) for e in org["events"]],
+            )
+            orgs.append(org)
+        return {"pages": pages, "orgs": orgs}
+
+    @property
+    def pages(self) -> list[dict[str, Any]]:
+        """Every page: `{"url", "title", "text", "links": [{"title", "url"}]}`."""
+        return list(self._site["pages"].values())
+
+    @cached_property
+    def html(self) -> dict[str, str]:
+        """URL -> HTML of every page (what `BrowseTool(pages=...)` serves)."""
+        return {url: _to_html(p) for url, p in self._site["pages"].items()}
+
+    @cached_property
+    def corpus(self) -> list[dict[str, str]]:
+        """The search index: one fact-free snippet per home page, with its URL in the text."""
+        return [
+            {
+                "id": o["home"],
+                "title": o["name"],
+                "url": o["home"],
+                "text": f"{o['home']} Official home page of the {o['name']}.",
+            }
+            for o in self._site["orgs"]
+        ]
+
+    def make_tools(self, topk: int = 3, max_result_chars: int = 300) -> list[Tool]:
+        from agent_envs.tools.browse import BrowseTool
+        from agent_envs.tools.search import BM25Backend, SearchTool
+
+        return [
+            SearchTool(BM25Backend(self.corpus), topk=topk, max_result_chars=max_result_chars),
+            BrowseTool(pages=self.html, max_chars=self.config.page_chars),
+        ]
+
+    def _make_task(self, rng: Random, index: int) -> Task:
+        depth = rng.randint(self.config.min_depth, self.config.difficulty)
+        org = rng.choice(self._site["orgs"])
+        name = org["name"]
+        steps = [
+            ("I will search for the " + name + ".", "search", name),
+            ("I will open its home page.", "browse", org["home"]),
+        ]
+        if depth == 1:
+            if rng.random() < 0.5:
+                question, answer = f"In which year was the {name} founded?", str(org["year"])
+                final = f"The {name} was founded in {answer}."
+            else:
+                question, answer = f"In which town is the {name} based?", org["town"]["name"]
+                final = f"The {name} is based in {answer}."
+        elif depth == 2 or rng.random() < 0.6:  # people: depth 2, 3 or 4
+            m = rng.choice(org["members"])
+            steps.append(("The People page lists its committee.", "browse", org["people_url"]))
+            who = f"the {m['role']} of the {name}"
+            if depth == 2:
+                question, answer, final = f"Who is {who}?", m["name"], f"The {m['role']} is {m['name']}."
+            else:
+                steps.append((f"The {m['role']} is {m['name']}.", "browse", m["url"]))
+                born = f"{m['name']} was born in {m['town']['name']}."
+                if depth == 3 and rng.random() < 0.5:
+                    question, answer = f"In which year did {who} join?", str(m["joined"])
+                    final = f"{m['name']} joined in {answer}."
+                elif depth == 3:
+                    question, answer, final = f"In which town was {who} born?", m["town"]["name"], born
+                else:
+                    steps.append((born, "browse", m["town"]["url"]))
+                    question, answer = f"In which province was {who} born?", m["town"]["province"]
+                    final = f"{m['town']['name']} is in the province of {answer}."
+        else:  # events: depth 3 or 4
+            ev = rng.choice(org["events"])
+            steps.append(("The Events page lists its events.", "browse", org["events_url"]))
+            steps.append((f"The {ev['name']} has its own page.", "browse", ev["url"]))
+            where = f"the {ev['name']} of the {name}"
+            if depth == 3:
+                question, answer = f"In which month is {where} held?", ev["month"]
+                final = f"The {ev['name']} is held every {answer}."
+            else:
+                steps.append(
+                    (f"The {ev['name']} is held in {ev['town']['name']}.", "browse", ev["town"]["url"])
+                )
+                question, answer = f"In which province is {where} held?", ev["town"]["province"]
+                final = f"{ev['town']['name']} is in the province of {answer}."
+        trace = [f"<think> {thought} </think> <{tool}> {arg} </{tool}>" for thought, tool, arg in steps]
+        trace.append(f"<think> {final} </think> <answer> \\boxed{{{answer}}} </answer>")
+        return Task(
+            id=self.task_id(index),
+            question=question,
+            answers=[answer],
+            reward="qa",
+            gold_trace=trace,
+            metadata=self.metadata(
+                index,
+                depth=depth,
+                hops=depth,
+                tool_calls=len(steps),
+                path=[arg for _, tool, arg in steps if tool == "browse"],
+            ),
+        )
+
+
+def _to_html(page: dict[str, Any]) -> str:
+    """The page as HTML with its links inline (`<a>` around the link text where the text says it),
+    so the browse tool shows each link once in the text and once in its numbered link list."""
+    body = escape(page["text"])
+    for link in page["links"]:
+        title = escape(link["title"])
+        at = body.rfind(title)
+        if at < 0:
+            raise ValueError(
+                f"page {page['url']}: link text {link['title']!r} does not occur in the page text"
+            )
+        anchor = f'<a href="{escape(link["url"])}">{title}</a>'
+        body = body[:at] + anchor + body[at + len(title) :]
+    return f"<html><head><title>{escape(page['title'])}</title></head><body><p>{body}</p></body></html>"
