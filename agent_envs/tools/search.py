@@ -271,8 +271,8 @@ class BM25Backend(SearchBackend):
             try:
                 index = bm25s.BM25.load(str(target), mmap=False)
                 return cls(docs, k1, b, stopwords, _index=index, _backend_id=backend_id)
-            except Exception:  # a torn or foreign cache entry: rebuild it below
-                pass
+            except Exception:  # a torn or foreign cache entry: replace it below
+                shutil.rmtree(target, ignore_errors=True)
         backend = cls(docs, k1, b, stopwords, _backend_id=backend_id)
         backend._save_index(target)
         return backend
@@ -615,6 +615,8 @@ def format_hits(
     `doc`: ``Doc 1(Title: T) text`` (Search-R1, GEM); `skyrl`: ``Doc 1: "T"\\ntext``;
     `page`: ``Page 1: snippet`` (ARPO's web search). Each passage is cut to `max_chars`.
     """
+    if style not in ("doc", "skyrl", "page"):
+        raise ValueError(f"unknown result style {style!r}; use 'doc', 'skyrl' or 'page'")
     lines = []
     for i, h in enumerate(hits, 1):
         text = h.text if len(h.text) <= max_chars else h.text[:max_chars].rstrip() + "..."
@@ -622,10 +624,8 @@ def format_hits(
             lines.append(f"Doc {i}(Title: {h.title}) {text}")
         elif style == "skyrl":
             lines.append(f'Doc {i}: "{h.title}"\n{text}')
-        elif style == "page":
-            lines.append(f"Page {i}: {text}")
         else:
-            raise ValueError(f"unknown result style {style!r}; use 'doc', 'skyrl' or 'page'")
+            lines.append(f"Page {i}: {text}")
     return "\n".join(lines)
 
 
