@@ -5,8 +5,9 @@ Two sources of per-position entropy h_j:
 * **top-K estimate** from the engine's top-K log-probs (vLLM `SamplingParams.logprobs=K`):
   h_j = −Σ_{rank ≤ K} p·log p. Exactly the K most likely entries are used; the extra sampled-token
   entry vLLM appends when the sampled token is outside the top K is dropped (spec defect D4).
-* **exact** entropy from full logits at the rollout temperature (HF engine, trainer forward pass):
-  H = logsumexp(z/T) − Σ softmax(z/T)·z/T, chunked over positions to bound memory.
+* **exact** entropy from full logits at the rollout temperature, where the engine computes it
+  (`Segment.entropy` from the HF engine; the trainer's forward pass uses
+  `algorithms.core.logprobs.token_logprobs(..., with_entropy=True)`).
 
 A segment's entropy (the quantity ARPO compares with the path's initial entropy) reduces the first
 k positions of a segment, normalised by ln|V| so it is comparable across vocabularies:
@@ -145,31 +146,9 @@ def measure_segment(
     return segment_entropy(h, vocab_size=vocab_size, tokens=settings.tokens, reduction=settings.reduction)
 
 
-def exact_entropy(logits, temperature: float = 1.0, chunk_size: int = 1024):
-    """Exact entropy of softmax(logits / T) over the last dimension, detached from the graph.
-
-    `logits` is a torch tensor [..., V]; positions are processed in chunks of `chunk_size` so
-    the float32 softmax never materialises for the whole sequence at once (V ≈ 150k for Qwen).
-    """
-    import torch
-
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for entropy, got {temperature}")
-    shape = logits.shape[:-1]
-    flat = logits.detach().reshape(-1, logits.shape[-1])
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-    for start in range(0, flat.shape[0], chunk_size):
-        z = flat[start : start + chunk_size].float() / temperature
-        logp = torch.log_softmax(z, dim=-1)
-        # masked logits (-inf) give 0·(-inf) = nan; their contribution is 0
-        out[start : start + chunk_size] = -torch.nan_to_num(logp.exp() * logp, nan=0.0).sum(-1)
-    return out.reshape(shape)
-
-
 __all__ = [
     "REDUCTIONS",
     "EntropySettings",
-    "exact_entropy",
     "measure_segment",
     "position_entropies",
     "position_entropy",
