@@ -135,7 +135,7 @@ class KnowledgeConfig(WorldConfig):
 
     difficulty: int = 2  # questions have min_hops..difficulty hops
     min_hops: int = 1
-    n_people: int = 60  # world size; the other kinds scale with it (cities n/3, companies n/2, ...)
+    n_people: int = 120  # world size; the other kinds scale with it (cities n/3, companies n/2, ...)
 
     max_difficulty: ClassVar[int] = 4
 

@@ -69,7 +69,7 @@ class WebConfig(WorldConfig):
 
     difficulty: int = 2  # answers lie min_depth..difficulty links below a search hit
     min_depth: int = 1
-    n_sites: int = 40  # organisations, each with ~6 pages; towns scale with it
+    n_sites: int = 100  # organisations, each with ~6 pages; towns scale with it
     page_chars: int = 600  # pages are written short; this is the limit the browse tool applies
 
     max_difficulty: ClassVar[int] = 4
