@@ -4,7 +4,7 @@ normalise any supported file into `Task`s, and a train/eval contamination filter
     >>> from agent_envs.data import BENCHMARKS, load_benchmark
     >>> sorted(BENCHMARKS)[:3]
     ['2wikimultihopqa', 'aime24', 'aime25']
-    >>> tasks = load_benchmark("gsm8k")          # reads $AGENT_ENVS_DATA_DIR/gsm8k/test.jsonl
+    >>> tasks = load_benchmark("gsm8k")  # reads $AGENT_ENVS_DATA_DIR/gsm8k/test.jsonl  # doctest: +SKIP
 """
 
 from agent_envs.data.contamination import filter_contaminated, normalize_question

@@ -4,7 +4,7 @@ Questions are compared after normalisation (Unicode NFKC, lowercase, punctuation
 whitespace collapsed), so trivial differences in quoting or spacing still match.
 
     >>> from agent_envs.data import filter_contaminated, load_benchmark
-    >>> kept, dropped = filter_contaminated(load_benchmark("arpo_rl"), ["hotpotqa", "bamboogle"])
+    >>> kept, dropped = filter_contaminated(load_benchmark("arpo_rl"), ["hotpotqa", "bamboogle"])  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ the row is kept in `Task.metadata`. A malformed row raises `DataError` naming th
 (or record) and the field.
 
     >>> from agent_envs.data import load_benchmark, load_tasks
-    >>> tasks = load_benchmark("aime24")                     # $AGENT_ENVS_DATA_DIR/aime24/test.jsonl
-    >>> tasks = load_tasks("my_questions.jsonl", reward="qa")  # rows with question + answer(s)
+    >>> tasks = load_benchmark("aime24")  # $AGENT_ENVS_DATA_DIR/aime24/test.jsonl     # doctest: +SKIP
+    >>> tasks = load_tasks("my_questions.jsonl", reward="qa")  # question + answer(s)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from agent_envs.rewards.extract import last_boxed
 
 SUPPORTED = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".parquet")
 DATA_DIR_ENV = "AGENT_ENVS_DATA_DIR"
+NO_HF_ENV = "AGENT_ENVS_NO_HF"  # set to 1 to never try the Hugging Face hub (offline machines: no retry wait)
 
 # candidate source fields, in order of preference
 ID_FIELDS = ("id", "_id", "task_id", "question_id", "unique_id", "hle_id", "idx", "index")
@@ -40,7 +41,9 @@ class DataError(ValueError):
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else open(path, encoding="utf-8")
+    return (
+        gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else open(path, encoding="utf-8")
+    )
 
 
 def _suffix(path: Path) -> str:
@@ -132,13 +135,17 @@ def _as_answer(value: Any, where: str, fname: str) -> list[str]:
         for key in ("target", "text", "answers", "value", "ground_truth"):
             if key in value:
                 return _as_answer(value[key], where, f"{fname}.{key}")
-        raise DataError(f"{where}: field {fname!r} is an object without target/text/answers: {list(value)[:6]}")
+        raise DataError(
+            f"{where}: field {fname!r} is an object without target/text/answers: {list(value)[:6]}"
+        )
     if isinstance(value, Sequence) or hasattr(value, "tolist"):
         items = value.tolist() if hasattr(value, "tolist") else list(value)
         out: list[str] = []
         for i, item in enumerate(items):
             if isinstance(item, Sequence | Mapping) and not isinstance(item, str):
-                raise DataError(f"{where}: field {fname}[{i}] must be a string or number, got {type(item).__name__}")
+                raise DataError(
+                    f"{where}: field {fname}[{i}] must be a string or number, got {type(item).__name__}"
+                )
             out.extend(_as_answer(item, where, f"{fname}[{i}]"))
         return out
     raise DataError(f"{where}: field {fname!r} must be a string, number or list, got {type(value).__name__}")
@@ -161,7 +168,9 @@ def _question(row: Mapping[str, Any], where: str) -> str:
         users = [m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
         if users and isinstance(users[-1], str):
             return users[-1]
-    raise DataError(f"{where}: no question field (looked for {', '.join(QUESTION_FIELDS)}, extra_info.question, prompt)")
+    raise DataError(
+        f"{where}: no question field (looked for {', '.join(QUESTION_FIELDS)}, extra_info.question, prompt)"
+    )
 
 
 def _answers(row: Mapping[str, Any], where: str) -> list[str]:
@@ -198,7 +207,11 @@ def _task_id(row: Mapping[str, Any], default: str) -> str:
     for key in ID_FIELDS:
         v = row.get(key)
         if v is not None and not isinstance(v, bool) and str(v).strip():
-            return str(v) if key in ("id", "_id", "task_id", "question_id", "unique_id", "hle_id") else f"{default}-{v}"
+            return (
+                str(v)
+                if key in ("id", "_id", "task_id", "question_id", "unique_id", "hle_id")
+                else f"{default}-{v}"
+            )
     extra = row.get("extra_info")
     if isinstance(extra, Mapping) and extra.get("index") is not None:
         return f"{default}-{extra['index']}"
@@ -206,7 +219,13 @@ def _task_id(row: Mapping[str, Any], default: str) -> str:
 
 
 def normalize_row(
-    row: Any, where: str, *, reward: str, prefix: str, position: int, per_row_reward: bool = False,
+    row: Any,
+    where: str,
+    *,
+    reward: str,
+    prefix: str,
+    position: int,
+    per_row_reward: bool = False,
     benchmark: str | None = None,
 ) -> Task:
     """One raw record -> Task. `where` ("file, line 3") prefixes every error; `prefix` builds ids
@@ -241,10 +260,18 @@ def _file_tasks(
         if text_only and isinstance(row, Mapping) and (row.get("file_name") or row.get("image")):
             continue
         task = normalize_row(
-            row, where, reward=reward, prefix=prefix, position=i, per_row_reward=per_row_reward, benchmark=benchmark
+            row,
+            where,
+            reward=reward,
+            prefix=prefix,
+            position=i,
+            per_row_reward=per_row_reward,
+            benchmark=benchmark,
         )
         if task.id in seen:
-            raise DataError(f"{where}: field 'id' = {task.id!r} repeats the id of {seen[task.id]}; ids must be unique")
+            raise DataError(
+                f"{where}: field 'id' = {task.id!r} repeats the id of {seen[task.id]}; ids must be unique"
+            )
         seen[task.id] = loc
         tasks.append(task)
     if not tasks:
@@ -286,8 +313,15 @@ def _load_hf(spec: BenchmarkSpec, split: str | None) -> list[Task]:
             continue
         where = f"hf:{spec.hf_id}[{spec.hf_config or ''}:{hf_split}], row {i + 1}"
         tasks.append(
-            normalize_row(row, where, reward=spec.reward, prefix=spec.name, position=i, per_row_reward=spec.train,
-                          benchmark=spec.name)
+            normalize_row(
+                row,
+                where,
+                reward=spec.reward,
+                prefix=spec.name,
+                position=i,
+                per_row_reward=spec.train,
+                benchmark=spec.name,
+            )
         )
     return tasks
 
@@ -297,7 +331,9 @@ def benchmark_path(name: str, split: str | None = None) -> Path | None:
     spec = get_spec(name)
     key = split or spec.default_split
     if key not in spec.files:
-        raise KeyError(f"benchmark {spec.name!r} has no local split {key!r}; local splits: {', '.join(spec.files)}")
+        raise KeyError(
+            f"benchmark {spec.name!r} has no local split {key!r}; local splits: {', '.join(spec.files)}"
+        )
     base = data_dir()
     return base / spec.files[key] if base else None
 
@@ -320,7 +356,7 @@ def load_benchmark(
     if path is not None and path.is_file():
         return _file_tasks(path, spec.reward, spec.train, spec.name)
     hf_error = ""
-    if spec.hf_id:
+    if spec.hf_id and os.environ.get(NO_HF_ENV, "").lower() in ("", "0", "false"):
         try:
             return _load_hf(spec, None if local_split else split)
         except ImportError:
@@ -331,7 +367,11 @@ def load_benchmark(
     where = f"{path}" if path is not None else f"$AGENT_ENVS_DATA_DIR/{want} ({DATA_DIR_ENV} is unset)"
     raise FileNotFoundError(
         f"benchmark {spec.name!r} (split {split or spec.default_split!r}): no data at {where}"
-        + (f"; Hugging Face {spec.hf_id!r} failed: {hf_error}" if spec.hf_id else "")
+        + (
+            f"; Hugging Face {spec.hf_id!r}: {hf_error or f'not tried ({NO_HF_ENV} is set)'}"
+            if spec.hf_id
+            else ""
+        )
         + f". Pass data_files='path/to/{Path(want).name}' (one of {', '.join(SUPPORTED)}), "
         f"or set {DATA_DIR_ENV} to a folder holding {want}. Full data: {spec.full_data or 'see docs/benchmarks-data.md'}"
     )

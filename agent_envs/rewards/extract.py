@@ -1,7 +1,7 @@
 """Pulling the prediction out of a response: the last `\\boxed{}` inside the last `<answer>` block.
 
-    >>> extract_prediction("<answer>so \\\\boxed{\\\\frac{1}{2}}</answer>")
-    '\\\\frac{1}{2}'
+>>> extract_prediction("<answer>so \\\\boxed{\\\\frac{1}{2}}</answer>")
+'\\\\frac{1}{2}'
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Protocol-use checks for the inline tag protocol (the public ARPO recipe's format rule).
 
-    >>> arpo_format_check("<think>x</think><answer>\\\\boxed{1}</answer>")
-    (True, None)
+>>> arpo_format_check("<think>x</think><answer>\\\\boxed{1}</answer>")
+(True, None)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """QA grading: SQuAD-style normalisation, exact match and token F1, max over golden aliases.
 
-    >>> qa_reward("<answer>\\\\boxed{The Eiffel Tower}</answer>", ["Eiffel Tower"]).score
-    1.0
+>>> qa_reward("<answer>\\\\boxed{The Eiffel Tower}</answer>", ["Eiffel Tower"]).score
+1.0
 """
 
 from __future__ import annotations

@@ -3,62 +3,164 @@
 Three stages: format check, then the task's correctness grader, then an optional bonus. The
 components of every stage always go into `info`; the recipe only decides the scalar.
 
-| recipe     | format failed     | correctness used                       | bonus                         |
-|------------|-------------------|----------------------------------------|-------------------------------|
-| `standard` | `format_penalty`  | math: equivalence; qa/judge: F1; exact | none                          |
-| `binary`   | 0                 | 1 if correct (equivalent / EM / judge) | none                          |
-| `f1`       | 0                 | token F1 for every task kind           | none                          |
-| `arpo`     | -1                | token F1 for every task kind (as the public ARPO code) | +0.1 if both search and python were used |
+| recipe     | format failed     | correctness used                                          | bonus |
+|------------|-------------------|-----------------------------------------------------------|-------|
+| `standard` | `format_penalty`  | math: equivalence; judge: LLM verdict (EM without a judge); qa: F1; exact | `multi_tool_bonus` |
+| `binary`   | 0                 | 1 if correct (equivalent / judge / EM)                    | none  |
+| `f1`       | 0                 | token F1 for every task kind                              | none  |
+| `arpo`     | -1                | token F1 for every task kind, as the public ARPO code     | +0.1 if both search and python were used |
+
+The `arpo` recipe is the reference training reward of ARPO/AEPO (spec §6.1): -1 when the format
+check fails or no `\\boxed{}` prediction exists; otherwise the token F1 of the prediction (max over
+golden aliases, SQuAD normalisation; `yes`/`no`/`noanswer` must match exactly), plus 0.1 when F1 > 0
+and the response used both `search` and `python`. The range is {-1} U [0, 1.1]. Math is graded by
+F1 too in this recipe (`\\frac{1}{2}` becomes "frac12"), as in the reference; `math_equal` is
+still reported in the components.
+
+Judge tasks (`task.reward == "judge"`) use `RewardRecipe(judge=LLMJudge(...))` when given, and
+exact match otherwise, with `judge_fallback` saying why. Only `standard` and `binary` call the
+judge; `f1` and `arpo` never pay for it. From async code use `await recipe.acall(...)`: the judge
+request and the symbolic math stage then do not block the event loop.
+
+    >>> from agent_envs.core.task import Task
+    >>> r = make_reward("arpo")(Task("t", "q?", ["Paris"]), "<think>x</think><answer>\\\\boxed{Paris}</answer>", True, {})
+    >>> r.score, r.components["f1"]
+    (1.0, 1.0)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent_envs.core.task import Task
 from agent_envs.rewards.base import RewardResult
 from agent_envs.rewards.extract import extract_prediction
-from agent_envs.rewards.math import math_reward
+from agent_envs.rewards.judge import JudgeVerdict, LLMJudge
+from agent_envs.rewards.math import DEFAULT_TIMEOUT_S, amath_reward, math_equal
 from agent_envs.rewards.qa import qa_scores
 
 RECIPES = ("standard", "binary", "f1", "arpo")
+_NO_JUDGE = "em: no judge configured (RewardRecipe(judge=LLMJudge(...)))"
 
 
-def correctness(task: Task, response: str) -> dict[str, Any]:
-    """Every correctness component that applies to the task's kind, plus `correct` (0/1) and `pred`."""
+def _base(task: Task, response: str) -> dict[str, Any]:
     pred = extract_prediction(response)
-    comps: dict[str, Any] = {"pred": pred, **qa_scores(pred, task.answers)}
-    if task.reward == "math":
-        comps["math_equal"] = math_reward(response, task.answers).components["math_equal"]
-        comps["correct"] = comps["math_equal"]
-    elif task.reward == "exact":
-        comps["correct"] = float(pred is not None and pred.strip() in [a.strip() for a in task.answers])
-    else:
+    return {"pred": pred, **qa_scores(pred, task.answers)}
+
+
+def _exact(task: Task, pred: str | None) -> float:
+    return float(pred is not None and pred.strip() in [a.strip() for a in task.answers])
+
+
+def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
+    if verdict is None:
+        comps["judge_fallback"] = _NO_JUDGE
         comps["correct"] = comps["em"]
-    return comps
+        return
+    comps["judge_raw"] = verdict.raw
+    if verdict.correct is None:
+        comps["judge_error"] = verdict.error
+        comps["judge_fallback"] = f"em: judge failed ({verdict.error})"
+        comps["correct"] = comps["em"]
+    else:
+        comps["judge_equal"] = float(verdict.correct)
+        comps["correct"] = comps["judge_equal"]
+
+
+def correctness(
+    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, Any]:
+    """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
+    `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`."""
+    try:
+        comps = _base(task, response)
+        pred = comps["pred"]
+        if task.reward == "math":
+            ok, mc = math_equal(pred, task.answers, math_timeout)
+            comps.update(mc, math_equal=float(ok), correct=float(ok))
+        elif task.reward == "exact":
+            comps["correct"] = _exact(task, pred)
+        elif task.reward == "judge":
+            verdict = judge.judge(task.question, task.answers, pred) if judge and pred is not None else None
+            _apply_verdict(comps, verdict if judge else None)
+        else:
+            comps["correct"] = comps["em"]
+        return comps
+    except Exception as e:  # graders never raise (spec 6.2)
+        return {
+            "pred": None,
+            "em": 0.0,
+            "f1": 0.0,
+            "acc": 0.0,
+            "correct": 0.0,
+            "grader_error": f"{type(e).__name__}: {e}",
+        }
+
+
+async def acorrectness(
+    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, Any]:
+    """`correctness` for async callers: the judge request is awaited and symbolic math runs in a
+    thread, so the event loop is never blocked."""
+    try:
+        if task.reward == "math":
+            comps = _base(task, response)
+            r = await amath_reward(response, task.answers, math_timeout)
+            comps.update(r.components, correct=r.score)
+            return comps
+        if task.reward == "judge" and judge is not None:
+            comps = _base(task, response)
+            verdict = None
+            if comps["pred"] is not None:
+                verdict = await judge.ajudge(task.question, task.answers, comps["pred"])
+            else:
+                verdict = JudgeVerdict(False, "", None)  # nothing to judge: wrong, not a judge failure
+            _apply_verdict(comps, verdict)
+            return comps
+    except Exception as e:
+        return {
+            "pred": None,
+            "em": 0.0,
+            "f1": 0.0,
+            "acc": 0.0,
+            "correct": 0.0,
+            "grader_error": f"{type(e).__name__}: {e}",
+        }
+    return correctness(task, response, None, math_timeout)
 
 
 @dataclass(frozen=True)
 class RewardRecipe:
-    """Configured scalar reward. `name` is one of RECIPES."""
+    """Configured scalar reward. `name` is one of RECIPES; `judge` grades `reward="judge"` tasks
+    in the `standard` and `binary` recipes."""
 
     name: str = "standard"
     format_penalty: float = -1.0
     multi_tool_bonus: float = 0.0
+    judge: LLMJudge | None = field(default=None, compare=False)
+    math_timeout: float = DEFAULT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.name not in RECIPES:
-            raise ValueError(f"reward recipe {self.name!r} is unknown; choose one of {RECIPES} or pass a callable")
+            raise ValueError(
+                f"reward recipe {self.name!r} is unknown; choose one of {RECIPES} or pass a callable"
+            )
 
-    def __call__(self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]) -> RewardResult:
-        comps = correctness(task, response)
+    @property
+    def uses_judge(self) -> bool:
+        return self.name in ("standard", "binary")
+
+    def _score(
+        self, task: Task, comps: dict[str, Any], format_ok: bool, tool_calls: Mapping[str, int]
+    ) -> RewardResult:
         comps["format_ok"] = float(format_ok)
+        both_tools = bool(tool_calls.get("search")) and bool(tool_calls.get("python"))
         if self.name == "arpo":
             if not format_ok or comps["pred"] is None:
-                return RewardResult(-1.0, comps)
-            bonus = 0.1 if comps["f1"] > 0 and tool_calls.get("search") and tool_calls.get("python") else 0.0
+                return RewardResult(self.format_penalty, comps)
+            bonus = self.multi_tool_bonus if comps["f1"] > 0 and both_tools else 0.0
             return RewardResult(comps["f1"] + bonus, comps)
         if self.name == "binary":
             return RewardResult(comps["correct"] if format_ok else 0.0, comps)
@@ -66,18 +168,32 @@ class RewardRecipe:
             return RewardResult(comps["f1"] if format_ok else 0.0, comps)
         if not format_ok:
             return RewardResult(self.format_penalty, comps)
-        score = comps["correct"] if task.reward in ("math", "exact") else comps["f1"]
-        if score > 0 and self.multi_tool_bonus and tool_calls.get("search") and tool_calls.get("python"):
+        score = comps["correct"] if task.reward in ("math", "exact", "judge") else comps["f1"]
+        if score > 0 and self.multi_tool_bonus and both_tools:
             score += self.multi_tool_bonus
         return RewardResult(float(score), comps)
+
+    def __call__(
+        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
+    ) -> RewardResult:
+        judge = self.judge if self.uses_judge else None
+        return self._score(task, correctness(task, response, judge, self.math_timeout), format_ok, tool_calls)
+
+    async def acall(
+        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
+    ) -> RewardResult:
+        """The same reward, for async code (ToolEnv.astep): nothing blocks the event loop."""
+        judge = self.judge if self.uses_judge else None
+        comps = await acorrectness(task, response, judge, self.math_timeout)
+        return self._score(task, comps, format_ok, tool_calls)
 
 
 RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]
 
 
 def make_reward(spec: str | RewardFn | RewardRecipe, **kwargs: Any) -> RewardFn:
-    """A recipe name (with optional `format_penalty` / `multi_tool_bonus`) or a callable with the
-    signature `(task, response, format_ok, tool_calls) -> RewardResult`."""
+    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`)
+    or a callable with the signature `(task, response, format_ok, tool_calls) -> RewardResult`."""
     if isinstance(spec, str):
         if spec == "arpo":
             kwargs = {"format_penalty": -1.0, "multi_tool_bonus": 0.1, **kwargs}
