@@ -1,0 +1,238 @@
+"""The local sandbox: a bounded pool of warm fork-server workers, one isolated child per call.
+
+Each worker (`worker.py`, started lazily with a scrubbed environment) imports the preamble once and
+enters its own network, mount, pid, IPC and UTS namespaces (plus a user namespace when not root),
+behind a read-only root made of bind mounts of the system and Python directories. Every call forks
+a child that is pid 1 of a fresh pid namespace, with a fresh /proc and a fresh tmpfs working
+directory, rlimits (address space, CPU, processes, file size, open files), no capabilities (or an
+unprivileged uid when run as root) and no inherited file descriptors. The deadline kills the call's
+pid namespace; everything is reaped. Where the kernel refuses a namespace the worker falls back to
+what remains and this module logs, once, which guarantee is weaker.
+
+    >>> sandbox = LocalSandbox(SandboxConfig(timeout_s=2, pool_size=1, preamble=("math",)))
+    >>> sandbox.execute("math.factorial(5)").stdout
+    '120\\n'
+    >>> sandbox.close()
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from . import Sandbox, SandboxConfig, SandboxResult
+from .worker import clean_env
+
+log = logging.getLogger(__name__)
+
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
+STARTUP_TIMEOUT_S = 120.0  # importing a heavy preamble (sympy, numpy) on a loaded machine
+REPLY_GRACE_S = 5.0  # beyond the call's own deadline, before the worker itself is presumed stuck
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+_live: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
+
+
+def _warn_once(message: str) -> None:
+    with _warned_lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    log.warning("python sandbox: %s", message)
+
+
+def worker_env() -> dict[str, str]:
+    """The whole environment of a worker (and so of the code): nothing is inherited."""
+    return clean_env("/tmp")
+
+
+class WorkerError(RuntimeError):
+    """The worker process died, hung or answered nonsense."""
+
+
+class _Worker:
+    """One fork-server process and its pipes. Not thread-safe: the pool lends it to one caller."""
+
+    def __init__(self, config: SandboxConfig, env: dict[str, str]) -> None:
+        worker_config = {"preamble": list(config.preamble), "namespaces": config.namespaces}
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _close_pipes)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(WORKER_SCRIPT), "serve", json.dumps(worker_config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,  # its own process group, killed as a whole
+        )
+        self.calls = 0
+        try:
+            hello = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
+        except WorkerError:
+            self.kill()
+            raise
+        if not hello.get("ready"):
+            self.kill()
+            raise WorkerError(hello.get("error", "worker failed to start"))
+        self.isolation: dict[str, Any] = hello["isolation"]
+
+    def _stderr_tail(self) -> str:
+        with contextlib.suppress(Exception):
+            self._stderr.seek(0)
+            return self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
+        return ""
+
+    def _recv(self, deadline: float) -> dict:
+        fd = self.proc.stdout.fileno()
+        buf = bytearray()
+        need = 4
+        header_done = False
+        while len(buf) < need:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise WorkerError("worker did not answer in time")
+            chunk = os.read(fd, need - len(buf))
+            if not chunk:
+                self.proc.wait(timeout=5)
+                raise WorkerError(f"worker exited with status {self.proc.returncode}: {self._stderr_tail()}")
+            buf += chunk
+            if not header_done and len(buf) == 4:
+                need = 4 + struct.unpack(">I", buf)[0]
+                header_done = True
+        return json.loads(bytes(buf[4:]))
+
+    def request(self, message: dict, deadline: float) -> dict:
+        data = json.dumps(message).encode()
+        try:
+            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerError(f"worker is gone ({exc}): {self._stderr_tail()}") from exc
+        reply = self._recv(deadline)
+        self.calls += 1
+        if "error" in reply:
+            raise WorkerError(reply["error"])
+        return reply
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group (its pid namespace goes with it) and reap it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+        self._close_pipes()
+
+    def close(self) -> None:
+        """Ask politely (EOF on its channel), then kill."""
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        self.kill()
+
+    def _close_pipes(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout, self._stderr):
+            with contextlib.suppress(Exception):
+                stream.close()
+
+
+class LocalSandbox(Sandbox):
+    """Warm workers, started on first use, at most `config.pool_size` at a time."""
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        super().__init__(config or SandboxConfig())
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._slots = threading.BoundedSemaphore(self.config.pool_size)
+        self._env: dict[str, str] | None = None
+        self._isolation: dict[str, Any] = {}
+        self._closed = False
+        _live.add(self)
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return dict(self._isolation)
+
+    def _spawn(self) -> _Worker:
+        if self._env is None:
+            self._env = worker_env()
+        worker = _Worker(self.config, self._env)
+        self._isolation = worker.isolation
+        for message in worker.isolation.get("warnings", []):
+            _warn_once(message)
+        return worker
+
+    def execute(self, code: str, timeout_s: float | None = None) -> SandboxResult:
+        timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
+        request = {
+            "code": code,
+            "timeout_s": timeout,
+            "memory_mb": int(self.config.memory_mb),
+            "fsize_mb": int(self.config.fsize_mb),
+            "nproc": int(self.config.nproc),
+            "nofile": int(self.config.nofile),
+            "max_capture_bytes": int(self.config.max_capture_bytes),
+            "uid": self.config.uid,
+            "gid": self.config.gid,
+        }
+        with self._slots:
+            with self._lock:
+                self._closed = False
+                worker = self._idle.pop() if self._idle else None
+            try:
+                if worker is None:
+                    worker = self._spawn()
+                reply = worker.request(request, time.monotonic() + timeout + REPLY_GRACE_S)
+            except WorkerError as exc:
+                if worker is not None:
+                    worker.kill()
+                return SandboxResult(exit_code=None, error=f"sandbox worker failed: {exc}")
+            with self._lock:
+                if self._closed:
+                    worker.close()
+                else:
+                    self._idle.append(worker)
+        return SandboxResult(
+            stdout=reply["stdout"],
+            stderr=reply["stderr"],
+            exit_code=reply["exit_code"],
+            timed_out=reply["timed_out"],
+            elapsed_s=reply["elapsed_s"],
+            dropped_bytes=reply["stdout_dropped"] + reply["stderr_dropped"],
+            error="sandbox setup failed: " + reply["stderr"].strip() if reply["setup_failed"] else None,
+            metadata={"worker_calls": worker.calls},
+        )
+
+    def close(self) -> None:
+        """Stop idle workers now; busy ones are stopped when their call returns."""
+        with self._lock:
+            self._closed = True
+            workers, self._idle = self._idle, []
+        for worker in workers:
+            worker.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    for sandbox in list(_live):
+        with contextlib.suppress(Exception):
+            sandbox.close()
+
+
+__all__ = ["LocalSandbox", "WorkerError", "worker_env"]
