@@ -1,8 +1,9 @@
-"""Tools an agent can call: search (BM25, retrieval server, web APIs), browse, and their cache."""
+"""Tools an agent can call: python (sandboxed), search (BM25, retrieval server, web APIs), browse, and their cache."""
 
 from agent_envs.tools.base import Tool, ToolResult
 from agent_envs.tools.browse import BrowseTool
 from agent_envs.tools.cache import ToolCache
+from agent_envs.tools.python import PythonTool
 from agent_envs.tools.search import BM25Backend, Hit, HttpBackend, SearchBackend, SearchTool, WebBackend
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "BrowseTool",
     "Hit",
     "HttpBackend",
+    "PythonTool",
     "SearchBackend",
     "SearchTool",
     "Tool",
