@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -78,6 +78,13 @@ class EpisodeState:
     limit_hit: bool = False
     flags: tuple[str, ...] = ()
     done: bool = False
+
+    def evolve(self, **changes: Any) -> EpisodeState:
+        """A copy with `changes` applied (a fast `dataclasses.replace`: this runs on every step)."""
+        new = object.__new__(EpisodeState)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
     @property
     def response(self) -> str:
@@ -270,7 +277,7 @@ class ToolEnv(gym.Env[str, str]):
         action = action.encode("utf-8", "replace").decode("utf-8")
         parsed = self.protocol.parse(action, list(self.tools))
         st = self._append(st, parsed.text, by_model=True)
-        st = replace(st, turns=st.turns + 1, flags=st.flags + parsed.flags)
+        st = st.evolve(turns=st.turns + 1, flags=st.flags + parsed.flags)
         info: dict[str, Any] = {
             "parsed_action": parsed.text,
             "tool": parsed.tool,
@@ -302,7 +309,7 @@ class ToolEnv(gym.Env[str, str]):
         tokens = st.tokens
         if self.tokenizer is not None and text:
             tokens += len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return replace(st, segments=st.segments + ((text, by_model),), chars=st.chars + len(text), tokens=tokens)
+        return st.evolve(segments=st.segments + ((text, by_model),), chars=st.chars + len(text), tokens=tokens)
 
     def _over_budget(self, st: EpisodeState) -> bool:
         if st.chars > self.max_response_chars:
@@ -318,17 +325,17 @@ class ToolEnv(gym.Env[str, str]):
                 text = MESSAGES["empty_call"].format(tool=name)
             else:
                 text = MESSAGES["invalid_call"].format(reason=parsed.reason)
-            return text, replace(st, invalid_calls=st.invalid_calls + 1)
+            return text, st.evolve(invalid_calls=st.invalid_calls + 1)
         counts = st.call_counts
         total = sum(counts.values())
         if total >= self.max_tool_calls or counts.get(name, 0) >= self.max_calls_per_tool.get(name, 1 << 30):
             info["limit_exceeded"] = True
-            return MESSAGES["limit_exceeded"].format(tool=name), replace(st, limit_hit=True)
+            return MESSAGES["limit_exceeded"].format(tool=name), st.evolve(limit_hit=True)
         tool = self.tools[name]
         counts[name] = counts.get(name, 0) + 1
         key = f"{name}:{tool.normalize(parsed.tool_input or '')}"
         repeated = name == "search" and key in st.queries
-        st = replace(st, calls=tuple(sorted(counts.items())), queries=st.queries | {key})
+        st = st.evolve(calls=tuple(sorted(counts.items())), queries=st.queries | {key})
         if repeated:  # counts toward the limit but is not executed
             info["repeated_query"] = True
             return MESSAGES["repeated_query"], st
@@ -355,7 +362,7 @@ class ToolEnv(gym.Env[str, str]):
         return result
 
     def _finish(self, st: EpisodeState, info: dict, truncated: bool, why: str) -> tuple[str, float, bool, bool, dict]:
-        st = replace(st, done=True)
+        st = st.evolve(done=True)
         self.state = st
         response = st.response
         prefill = st.prompt[st.prompt.rfind("assistant") :] if "<think>" in st.prompt[-64:] else ""

@@ -13,15 +13,14 @@ from collections import Counter
 from agent_envs.rewards.base import RewardResult
 from agent_envs.rewards.extract import extract_prediction
 
-_PUNCT = set(string.punctuation)
+_DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPECIAL = {"yes", "no", "noanswer"}
 
 
 def normalize_answer(text: str) -> str:
     """Lowercase, drop punctuation and articles, collapse whitespace (SQuAD)."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_DROP_PUNCT)).split())
 
 
 def exact_match(pred: str, gold: str) -> float:
@@ -29,7 +28,12 @@ def exact_match(pred: str, gold: str) -> float:
 
 
 def token_f1(pred: str, gold: str) -> float:
-    p, g = normalize_answer(pred), normalize_answer(gold)
+    return _f1_normalized(normalize_answer(pred), normalize_answer(gold))
+
+
+def _f1_normalized(p: str, g: str) -> float:
+    if p == g:  # the common case of a right answer needs no token counting
+        return float(bool(p))
     if p in _SPECIAL or g in _SPECIAL:  # yes/no answers must match exactly, as in HotpotQA's scorer
         return float(p == g)
     pt, gt = p.split(), g.split()
@@ -46,10 +50,11 @@ def qa_scores(pred: str | None, golden_answers: list[str]) -> dict[str, float]:
     if pred is None or not golden_answers:
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
     npred = normalize_answer(pred)
+    golds = [normalize_answer(g) for g in golden_answers]  # normalise each string once
     return {
-        "em": max(exact_match(pred, g) for g in golden_answers),
-        "f1": max(token_f1(pred, g) for g in golden_answers),
-        "acc": max(float(bool(normalize_answer(g)) and normalize_answer(g) in npred) for g in golden_answers),
+        "em": max(float(npred == g) for g in golds),
+        "f1": max(_f1_normalized(npred, g) for g in golds),
+        "acc": max(float(bool(g) and g in npred) for g in golds),
     }
 
 
