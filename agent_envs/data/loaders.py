@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 from agent_envs.core.task import Task
 from agent_envs.data.registry import BenchmarkSpec, get_spec
 from agent_envs.rewards.extract import last_boxed
+
+_log = logging.getLogger(__name__)
 
 SUPPORTED = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".parquet")
 DATA_DIR_ENV = "AGENT_ENVS_DATA_DIR"
@@ -200,7 +203,9 @@ def _answers(row: Mapping[str, Any], where: str) -> list[str]:
             answers += [a for a in _as_answer(aliases, where, "answer_aliases") if a not in answers]
     if not answers:
         raise DataError(f"{where}: the golden answer list is empty")
-    return answers
+    # blank aliases would let an empty prediction count as correct; a row left with none keeps
+    # answers=[] (never scores) and is flagged, so one bad source row does not block a file
+    return [a for a in answers if a.strip()]
 
 
 def _task_id(row: Mapping[str, Any], default: str) -> str:
@@ -240,6 +245,9 @@ def normalize_row(
         kind = row["ability"]
     meta = {k: v for k, v in row.items() if k not in ("id", "question", "golden_answers")}
     meta["source"] = where
+    if not answers:
+        meta["no_golden_answer"] = True
+        _log.warning("%s: every golden answer is blank; the task can never score", where)
     if benchmark:
         meta["benchmark"] = benchmark
     return Task(id=tid, question=question, answers=answers, metadata=meta, reward=kind)

@@ -179,6 +179,8 @@ def _balanced(s: str) -> bool:
 
 def cheap_equal(pred: str, gold: str, rel_tol: float = DEFAULT_REL_TOL, _depth: int = 0) -> bool | None:
     """True / False when cheap checks can decide; None when a symbolic check is needed."""
+    if not gold.strip() or not pred.strip():
+        return False
     if pred.strip() == gold.strip():
         return True
     np_, ng = normalize_math(pred), normalize_math(gold)

@@ -1,0 +1,78 @@
+"""A small OpenAI-compatible chat server on 127.0.0.1 for judge tests.
+
+It stands in for a judge model's *wisdom* only: its replies are scripted by the test. Everything
+else (HTTP, JSON, retries, parsing, caching) is the real client code talking to a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+
+from aiohttp import web
+
+
+class FakeJudgeServer:
+    """`reply(prompt) -> str` scripts the answer; `fail_first` makes the first N requests 500."""
+
+    def __init__(self, reply: Callable[[str], str], fail_first: int = 0, model: str = "fake-judge") -> None:
+        self.reply = reply
+        self.fail_first = fail_first
+        self.model = model
+        self.requests: list[dict] = []
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        if len(self.requests) <= self.fail_first:
+            return web.Response(status=500, text="overloaded")
+        content = self.reply(body["messages"][-1]["content"])
+        return web.json_response(
+            {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> FakeJudgeServer:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+def candidate_of(prompt: str) -> str:
+    """The candidate answer inside a strict judge prompt."""
+    return prompt.split("<<<CANDIDATE>>>\n", 1)[1].split("\n<<<END>>>", 1)[0]
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj)

@@ -1,0 +1,58 @@
+"""QA grading (SQuAD normalisation, EM, token F1 over aliases) and the ARPO format rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_envs.rewards import arpo_format_check, normalize_answer, qa_reward, token_f1
+
+
+def wrap(pred: str) -> str:
+    return f"<think>x</think><answer>\\boxed{{{pred}}}</answer>"
+
+
+def test_normalisation_is_squad() -> None:
+    assert normalize_answer("  The Eiffel  Tower! ") == "eiffel tower"
+    assert normalize_answer("An apple, a day.") == "apple day"
+
+
+def test_f1_is_max_over_aliases_and_em_acc_are_reported() -> None:
+    r = qa_reward(wrap("New York City"), ["NYC", "New York City", "Big Apple"])
+    assert r.score == 1.0 and r.components["em"] == 1.0
+    r = qa_reward(wrap("the city of New York"), ["New York City"])
+    assert 0 < r.score < 1 and r.components["em"] == 0.0
+    assert r.score == pytest.approx(2 * (3 / 4) * 1 / (3 / 4 + 1))  # "city of new york" vs "new york city"
+    r = qa_reward(wrap("It was Paris, France"), ["Paris"])
+    assert r.components["acc"] == 1.0 and r.components["em"] == 0.0
+
+
+def test_yes_no_must_match_exactly() -> None:
+    assert token_f1("yes it is", "yes") == 0.0
+    assert token_f1("no", "no") == 1.0
+    assert qa_reward(wrap("yes"), ["no"]).score == 0.0
+
+
+def test_no_prediction_scores_zero() -> None:
+    r = qa_reward("I think it is Paris", ["Paris"])
+    assert r.score == 0.0 and r.components["pred"] is None
+
+
+@pytest.mark.parametrize(
+    ("response", "rule"),
+    [
+        ("<answer>\\boxed{1}</answer>", "think_tags"),
+        ("<think>a</think><think>b</think><answer>\\boxed{1}</answer>", None),
+        ("<think>a</think><answer>1</answer>", "no_boxed"),
+        ("<think>a</think><answer>\\boxed{1}</answer><answer>\\boxed{2}</answer>", "answer_tags"),
+        ("<think>a</think><search>q</search><answer>\\boxed{1}</answer>", "search_without_result"),
+        ("<think>a</think><search>q</search><result>r</result><answer>\\boxed{1}</answer>", None),
+        ("<think>a</think><python>1</python><result>1</result><answer>\\boxed{1}</answer>", None),
+    ],
+)
+def test_arpo_format_rules(response: str, rule: str | None) -> None:
+    ok, why = arpo_format_check(response)
+    assert ok is (rule is None) and why == rule
+
+
+def test_prefilled_think_counts() -> None:
+    assert arpo_format_check("x</think><answer>\\boxed{1}</answer>", prefill="<think>")[0]
