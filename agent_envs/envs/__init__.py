@@ -19,11 +19,16 @@ FAMILIES = {
 }
 
 
+# The ARPO training sets default to the public ARPO setting: both tools and ARPO's reward recipe.
+BENCHMARK_DEFAULTS = {
+    "arpo_rl": {"python": {}, "reward": "arpo", "max_tool_calls": 3},
+    "arpo_hard_search": {"reward": "arpo"},
+}
+
+
 def _benchmarks() -> dict:
-    try:
-        from agent_envs.data import BENCHMARKS
-    except ImportError:  # the data package is optional only while it is being built
-        return {}
+    from agent_envs.data import BENCHMARKS
+
     return BENCHMARKS
 
 
@@ -37,7 +42,7 @@ def register_envs() -> None:
             gym.register(
                 id=spec.env_id,
                 entry_point=FAMILIES[spec.family][1],
-                kwargs={"benchmark": name},
+                kwargs={"benchmark": name, **BENCHMARK_DEFAULTS.get(name, {})},
                 disable_env_checker=True,
             )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_envs.core.env import ToolEnv
 from agent_envs.core.task import Task
-from agent_envs.envs.resources import resolve_tasks, shared, world_with_tools
+from agent_envs.envs.resources import python_tool, resolve_tasks, world_with_tools
 
 
 def make_math_env(
@@ -30,9 +30,6 @@ def make_math_env(
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build a math env. `python` configures the sandbox (see `PythonTool`)."""
-    from agent_envs.tools.python import PythonTool
-
-    python_kwargs = {"timeout_s": 10.0, "preamble": ("math",), **dict(python or {})}
     source = resolve_tasks(benchmark, data_files, split, tasks, reward="math")
     if source is None:
         from agent_envs.worlds import ArithmeticConfig, ArithmeticWorld
@@ -40,5 +37,4 @@ def make_math_env(
         source, tools = world_with_tools("arithmetic", ArithmeticWorld, ArithmeticConfig, world)
         if python is None:
             return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)
-    tool = shared("tool:python", PythonTool, **python_kwargs)
-    return ToolEnv(source, [tool], max_tool_calls=max_tool_calls, **env_kwargs)
+    return ToolEnv(source, [python_tool(dict(python or {}))], max_tool_calls=max_tool_calls, **env_kwargs)

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent_envs.core.env import ToolEnv
 from agent_envs.core.task import Task
-from agent_envs.envs.resources import data_dir, resolve_tasks, shared, world_with_tools
+from agent_envs.envs.resources import data_dir, python_tool, resolve_tasks, shared, world_with_tools
 
 DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 
@@ -50,9 +50,11 @@ def make_qa_env(
     corpus: str | None = None,
     retriever_url: str | None = None,
     topk: int = 3,
+    python: Mapping[str, Any] | None = None,
     max_tool_calls: int = 6,
     **env_kwargs: Any,
 ) -> ToolEnv:
+    """`python` (PythonTool settings, `{}` for defaults) adds the python tool beside search."""
     source = resolve_tasks(benchmark, data_files, split, tasks, reward="qa")
     if source is None and corpus is None and retriever_url is None:
         from agent_envs.worlds import KnowledgeConfig, KnowledgeWorld
@@ -61,4 +63,7 @@ def make_qa_env(
         return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
     if source is None:
         raise ValueError("AgentQA-v0 with a corpus or retriever needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
-    return ToolEnv(source, [search_tool(corpus, retriever_url, topk)], max_tool_calls=max_tool_calls, **env_kwargs)
+    tools = [search_tool(corpus, retriever_url, topk)]
+    if python is not None:
+        tools.append(python_tool(dict(python)))
+    return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)

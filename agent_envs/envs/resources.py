@@ -54,3 +54,10 @@ def resolve_tasks(benchmark: str | None, data_files: Any, split: str | None, tas
     if benchmark is not None:
         return load_benchmark(benchmark, data_files=data_files, split=split)
     return load_tasks(data_files, reward=reward)
+
+
+def python_tool(settings: dict | None = None) -> Any:
+    """The shared sandboxed Python tool; `settings` are `PythonTool` keyword arguments."""
+    from agent_envs.tools.python import PythonTool
+
+    return shared("tool:python", PythonTool, **{"timeout_s": 10.0, "preamble": ("math",), **dict(settings or {})})

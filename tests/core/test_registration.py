@@ -77,3 +77,28 @@ def test_cli_list_and_play():
                          input=script, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "<result>" in out.stdout and "[terminated] reward=1" in out.stdout
+
+
+def test_benchmark_ids_are_listed_and_play_real_data(shared_data):
+    from agent_envs.data import BENCHMARKS
+
+    registered = set(gym.registry)
+    assert {spec.env_id for spec in BENCHMARKS.values()} <= registered
+    env = gym.make("AgentQA-HotpotQA-v0")  # BM25 over the shared multi-hop corpus
+    env.reset(options={"index": 0})
+    obs, *_ = env.step("<think>x</think><search>Meet Corliss Archer</search>")
+    assert "Corliss Archer" in obs
+    parity = gym.make("AgentQA-ARPO-RL-v0").unwrapped
+    assert sorted(parity.tools) == ["python", "search"] and parity.max_tool_calls == 3
+
+
+def test_own_data_file_and_clear_errors(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "a", "question": "What is 2+2?", "golden_answers": ["4"]}\n')
+    env = gym.make("AgentMath-v0", data_files=str(path))
+    env.reset()
+    assert env.step("<think>x</think><answer>\\boxed{4}</answer>")[1] == 1.0
+    with pytest.raises(FileNotFoundError, match="corpus"):
+        gym.make("AgentQA-v0", data_files=str(path), corpus=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ValueError, match="not both"):
+        gym.make("AgentMath-v0", data_files=str(path), tasks=[])
