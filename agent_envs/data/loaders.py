@@ -177,7 +177,7 @@ def _question(row: Mapping[str, Any], where: str) -> str:
 
 
 def _answers(row: Mapping[str, Any], where: str) -> list[str]:
-    if "golden_answers" in row:
+    if row.get("golden_answers") is not None:  # columnar files hold null where a row lacks a field
         answers = _as_answer(row["golden_answers"], where, "golden_answers")
     else:
         answers = []
@@ -194,9 +194,11 @@ def _answers(row: Mapping[str, Any], where: str) -> list[str]:
             elif isinstance(row.get("solution"), str) and last_boxed(row["solution"]) is not None:
                 answers = [last_boxed(row["solution"])]  # MATH rows without an answer field
             else:
+                nulls = [k for k in ("golden_answers", *ANSWER_FIELDS) if k in row and row[k] is None]
                 raise DataError(
                     f"{where}: no answer field (looked for golden_answers, {', '.join(ANSWER_FIELDS)}, "
                     "reward_model.ground_truth, a \\boxed{} in solution)"
+                    + (f"; {', '.join(repr(k) for k in nulls)} is null" if nulls else "")
                 )
         aliases = row.get("answer_aliases")
         if aliases:

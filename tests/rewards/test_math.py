@@ -16,7 +16,6 @@ from agent_envs.rewards import math_reward
 from agent_envs.rewards.math import amath_reward, cheap_equal, math_equal, normalize_math, parse_number
 from agent_envs.rewards.symbolic import default_pool
 
-
 # these tests check verdicts, not speed: a loaded CI machine must not turn a verdict into a timeout
 SLOW_MACHINE_TIMEOUT = 20.0
 
