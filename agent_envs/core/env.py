@@ -230,6 +230,18 @@ class ToolEnv(gym.Env[str, str]):
             return finished
         return await self._act(st, parsed, info)
 
+    def truncate(self, why: str = "response_budget") -> tuple[float, dict]:
+        """End the episode from outside, e.g. when a runner's token budget ran out.
+
+        The reward is computed on the partial response, exactly as for a truncation inside
+        `step`, so an episode cut off by a runner scores like one cut off by the env.
+        """
+        st = self.state
+        if st is None or st.done:
+            raise RuntimeError("truncate() needs an episode in progress")
+        _, reward, _, _, info = self._finish(st, {"stop_reason": "truncated"}, truncated=True, why=why)
+        return reward, info
+
     def fork(self) -> ToolEnv:
         """An independent copy at the current point of the episode.
 

@@ -253,3 +253,13 @@ def test_constructor_errors():
 
 def test_gymnasium_env_checker():
     check_env(make_env(), skip_render_check=True)
+
+
+def test_truncate_from_outside_scores_the_partial_response():
+    env = make_env()
+    env.reset(options={"index": 0})
+    env.step(GOOD[0])
+    reward, info = env.truncate("length")
+    assert reward == -1.0 and info["truncated"] and info["end_reason"] == "length" and env.state.done
+    with pytest.raises(RuntimeError, match="in progress"):
+        env.truncate()
