@@ -130,7 +130,12 @@ def run_compiled(compiled: object | None, compile_error: str, namespace: dict) -
                 print(exc.code, file=sys.stderr)
                 status = 1
         except BaseException as exc:  # the model's code failing is a result, printed like python does
-            sys.stderr.write(_user_traceback(exc))
+            if isinstance(exc, MemoryError):
+                namespace.clear()  # free what the code allocated, so the traceback can be formatted
+            try:
+                sys.stderr.write(_user_traceback(exc))
+            except BaseException:
+                sys.stderr.write(f"{type(exc).__name__}\n")
             status = 1
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -272,6 +277,9 @@ def build_readonly_root(extra_binds: list[str]) -> None:
         os.symlink(target, f"{new_root}/dev/{name}")
     for d in ("proc", "tmp", ".oldroot"):
         os.makedirs(f"{new_root}/{d}", exist_ok=True)
+    # This pid namespace's /proc, mounted while the host's is still visible: in a user namespace the
+    # kernel only allows a new proc mount where a fully visible one exists (calls mount theirs on top).
+    mount("proc", f"{new_root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _check(_libc.syscall(SYS_PIVOT_ROOT, new_root.encode(), f"{new_root}/.oldroot".encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(b"/.oldroot", MNT_DETACH), "umount old root")
@@ -345,9 +353,9 @@ def isolate_worker(config: dict) -> Isolation:
         iso.warnings.append(f"cannot build the read-only root ({exc}): files outside the working directory stay "
                             "writable where permissions allow")
     try:
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        if not iso.mount:  # still the host's /proc, in our private mount namespace
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         iso.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        _check(_libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
         # Probe once that a call can get its own pid namespace.
         _new_call_pid_namespace(iso)
         probe = os.fork()
@@ -427,7 +435,11 @@ def _child(req: dict, iso: Isolation, namespace: dict, out_w: int, err_w: int, w
     except BaseException as exc:
         os.write(err_w, f"sandbox setup failed: {exc}\n".encode())
         os._exit(EXIT_SETUP_FAILED)
-    os._exit(run_compiled(compiled, compile_error, dict(namespace)))
+    status = 1
+    try:
+        status = run_compiled(compiled, compile_error, dict(namespace))
+    finally:
+        os._exit(status)  # never return into the worker's loop
 
 
 class Capture:
