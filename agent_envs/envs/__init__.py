@@ -47,6 +47,29 @@ def register_envs() -> None:
             )
 
 
+def register_benchmark(spec, **env_defaults) -> str:
+    """Add a benchmark of your own: `load_benchmark(spec.name)` finds it and `spec.env_id` is a
+    registered id of its family. `env_defaults` become that id's default `gym.make` kwargs (e.g.
+    `corpus=` for QA). Returns the env id.
+
+        >>> from agent_envs.data import BenchmarkSpec
+        >>> register_benchmark(BenchmarkSpec(name="mine", family="math", reward="math",
+        ...     env_id="AgentMath-Mine-v0", default_file="/data/mine.jsonl", description="my set",
+        ...     metric="accuracy"))
+        'AgentMath-Mine-v0'
+    """
+    benchmarks = _benchmarks()
+    if spec.name in benchmarks and benchmarks[spec.name] != spec:
+        raise ValueError(f"a different benchmark named {spec.name!r} is already registered; pick another name")
+    if spec.env_id in gym.registry and spec.name not in benchmarks:
+        raise ValueError(f"env id {spec.env_id!r} is already registered; pick another env_id")
+    benchmarks[spec.name] = spec
+    BENCHMARK_DEFAULTS[spec.name] = dict(env_defaults)
+    gym.register(id=spec.env_id, entry_point=FAMILIES[spec.family][1],
+                 kwargs={"benchmark": spec.name, **env_defaults}, disable_env_checker=True)
+    return spec.env_id
+
+
 def env_summaries() -> list[tuple[str, str]]:
     """(id, one-line description) for every id this package registers."""
     rows = [(env_id, summary) for env_id, _, summary in FAMILIES.values()]
