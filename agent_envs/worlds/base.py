@@ -114,9 +114,11 @@ WORLDS: dict[str, type[World]] = {}
 
 def register_world(world: type[World]) -> type[World]:
     """Add a world class to the registry under its `name`."""
-    if world.name in WORLDS and WORLDS[world.name] is not world:
+    old = WORLDS.get(world.name)
+    # re-registering the same class (a module reload) replaces it; another class is a clash
+    if old is not None and (old.__module__, old.__qualname__) != (world.__module__, world.__qualname__):
         raise ValueError(
-            f"a world named {world.name!r} is already registered ({WORLDS[world.name].__name__})"
+            f"a world named {world.name!r} is already registered ({old.__module__}.{old.__qualname__})"
         )
     WORLDS[world.name] = world
     return world
