@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,12 +40,16 @@ class PermanentError(Exception):
 
 
 class SessionPool:
-    """One pooled `aiohttp.ClientSession` per running event loop."""
+    """One pooled `aiohttp.ClientSession` per running event loop.
+
+    A session is closed by `aclose`, or when its loop shuts down through `asyncio.run` (which
+    finalises the loop's async generators; the pool parks one per session for that purpose).
+    """
 
     def __init__(self, limit: int = 64, headers: dict[str, str] | None = None) -> None:
         self.limit = limit
         self.headers = dict(headers or {})
-        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession, Any]] = {}
 
     async def get(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -55,14 +59,16 @@ class SessionPool:
             return entry[1]
         connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=self.limit, ttl_dns_cache=300)
         session = aiohttp.ClientSession(connector=connector, headers=self.headers)
-        self._sessions[id(loop)] = (loop, session)
+        closer = _close_at_loop_shutdown(session)
+        await closer.__anext__()  # now the loop knows it, and finalises it in shutdown_asyncgens()
+        self._sessions[id(loop)] = (loop, session, closer)
         return session
 
     def _drop_dead(self) -> None:
-        for key, (loop, session) in list(self._sessions.items()):
+        for key, (loop, session, _) in list(self._sessions.items()):
             if loop.is_closed():
-                # The loop that owned it is gone (e.g. `Tool.run` used asyncio.run); close the
-                # connector synchronously so the session is not reported as leaked.
+                # The loop closed without finalising its generators (a hand-made loop): close
+                # the connector synchronously so the session is not reported as leaked.
                 with contextlib.suppress(Exception):
                     if session.connector is not None:
                         session.connector._close()
@@ -75,6 +81,15 @@ class SessionPool:
         entry = self._sessions.pop(id(loop), None)
         if entry is not None:
             await entry[1].close()
+            await entry[2].aclose()
+
+
+async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        if not session.closed:
+            await session.close()
 
 
 class LoopSemaphore:

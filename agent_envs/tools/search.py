@@ -98,7 +98,7 @@ def split_contents(contents: str) -> tuple[str, str]:
 
 def parse_doc(row: Any, where: str) -> dict[str, str]:
     """Validate one corpus row into {id, title, text}; `where` names the file and line for errors."""
-    if not isinstance(row, Mapping):
+    if not isinstance(row, dict | Mapping):
         raise ValueError(f"{where}: a corpus row must be a JSON object, got {type(row).__name__}")
     if "id" not in row or row["id"] is None or str(row["id"]) == "":
         raise ValueError(f"{where}: corpus row has no 'id' field (every passage needs a unique id)")
@@ -196,10 +196,14 @@ class BM25Backend(SearchBackend):
         *,
         _index: Any = None,
         _backend_id: str | None = None,
+        _parsed: bool = False,
     ) -> None:
         import bm25s
 
-        self.docs = [parse_doc(d, f"docs[{i}]") for i, d in enumerate(docs)]
+        if _parsed:  # rows already validated by load_corpus
+            self.docs = list(docs)  # type: ignore[arg-type]
+        else:
+            self.docs = [parse_doc(d, f"docs[{i}]") for i, d in enumerate(docs)]
         if not self.docs:
             raise ValueError("BM25Backend needs at least one passage")
         self.k1, self.b, self.stopwords = k1, b, stopwords
@@ -270,10 +274,10 @@ class BM25Backend(SearchBackend):
         if (target / "params.index.json").is_file():
             try:
                 index = bm25s.BM25.load(str(target), mmap=False)
-                return cls(docs, k1, b, stopwords, _index=index, _backend_id=backend_id)
+                return cls(docs, k1, b, stopwords, _index=index, _backend_id=backend_id, _parsed=True)
             except Exception:  # a torn or foreign cache entry: replace it below
                 shutil.rmtree(target, ignore_errors=True)
-        backend = cls(docs, k1, b, stopwords, _backend_id=backend_id)
+        backend = cls(docs, k1, b, stopwords, _backend_id=backend_id, _parsed=True)
         backend._save_index(target)
         return backend
 
@@ -302,12 +306,17 @@ class BM25Backend(SearchBackend):
         ids = [self.vocab[t] for t in self._tokenize(query) if t in self.vocab]
         if not ids or topk <= 0:
             return []
-        scores = self.index.get_scores(ids)
-        k = min(topk, len(scores))
+        scores = self._scores(ids)
         # Deterministic top-k: everything scoring at least the k-th best, sorted by (-score, index).
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        cand = np.flatnonzero(scores >= max(kth, np.finfo(scores.dtype).tiny))
-        order = cand[np.lexsort((cand, -scores[cand]))][:k]
+        # Partition only the non-zero scores: np.partition on an array that is mostly zeros hits
+        # introselect's slow path (17 ms instead of <1 ms at 100k passages).
+        nz = np.flatnonzero(scores)
+        vals = scores[nz]
+        if len(nz) > topk:
+            kth = np.partition(vals, len(vals) - topk)[len(vals) - topk]
+            keep = vals >= kth
+            nz, vals = nz[keep], vals[keep]
+        order = nz[np.lexsort((nz, -vals))][:topk]
         return [
             Hit(
                 id=self.docs[i]["id"],
@@ -317,6 +326,17 @@ class BM25Backend(SearchBackend):
             )
             for i in order
         ]
+
+    def _scores(self, token_ids: list[int]) -> np.ndarray:
+        # bm25s keeps per-token postings (data = precomputed BM25 term scores, indices = doc
+        # rows). Its numpy path sums them with np.add.at, which costs ~10 ms per query at 100k
+        # passages; one np.bincount over the concatenated postings gives the same sums ~5x faster.
+        m = self.index.scores
+        indptr = m["indptr"]
+        spans = [(indptr[t], indptr[t + 1]) for t in token_ids]
+        rows = np.concatenate([m["indices"][a:b] for a, b in spans])
+        weights = np.concatenate([m["data"][a:b] for a, b in spans])
+        return np.bincount(rows, weights=weights, minlength=m["num_docs"])
 
     async def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
         if len(queries) <= 2:  # cheaper than a thread hop

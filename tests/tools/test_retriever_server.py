@@ -149,38 +149,47 @@ class _Misbehaving:
 async def test_retries_on_5xx_are_counted() -> None:
     upstream = _Misbehaving(failures=2)
     runner, url = await upstream.start()
+    tools = [
+        SearchTool(HttpBackend(url, backoff_s=0.01)),
+        SearchTool(HttpBackend(url, max_retries=2, backoff_s=0.01)),
+    ]
     try:
-        tool = SearchTool(HttpBackend(url, backoff_s=0.01))
-        res = await tool("q1")
+        res = await tools[0]("q1")
         assert res.ok and res.retries == 2 and res.text == "Doc 1(Title: X) found q1"
         assert upstream.seen == 3
         upstream.failures, upstream.seen = 10, 0
-        failed = await SearchTool(HttpBackend(url, max_retries=2, backoff_s=0.01))("q2")
+        failed = await tools[1]("q2")
         assert not failed.ok and failed.retries == 2 and upstream.seen == 3
         assert failed.text.startswith("Search failed: HTTP 503 from") and "warming up" in failed.text
-        await tool.aclose()
     finally:
+        for tool in tools:
+            await tool.aclose()
         await runner.cleanup()
 
 
 async def test_slow_server_and_refused_connection_become_search_errors() -> None:
     upstream = _Misbehaving(delay_s=1.0)
     runner, url = await upstream.start()
-    try:
-        res = await SearchTool(HttpBackend(url, timeout_s=0.1, max_retries=1, backoff_s=0.01))("q")
-        assert not res.ok and res.error == "backend" and "timeout" in res.text and upstream.seen == 2
-        res = await SearchTool(HttpBackend(url, timeout_s=5, max_retries=0), timeout_s=0.2)("q")
-        assert not res.ok and res.text == "Search failed: timeout after 0.2 s."
-    finally:
-        await runner.cleanup()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens here
-    refused = await SearchTool(
-        HttpBackend(f"http://127.0.0.1:{port}/retrieve", max_retries=1, backoff_s=0.01)
-    )("q")
-    assert not refused.ok and refused.retries == 1 and refused.text.startswith("Search failed: ")
-    assert "ClientConnectorError" in refused.text or "Connect" in refused.text
+    tools = [
+        SearchTool(HttpBackend(url, timeout_s=0.1, max_retries=1, backoff_s=0.01)),
+        SearchTool(HttpBackend(url, timeout_s=5, max_retries=0), timeout_s=0.2),
+        SearchTool(HttpBackend(f"http://127.0.0.1:{port}/retrieve", max_retries=1, backoff_s=0.01)),
+    ]
+    try:
+        res = await tools[0]("q")
+        assert not res.ok and res.error == "backend" and "timeout" in res.text and upstream.seen == 2
+        res = await tools[1]("q")
+        assert not res.ok and res.text == "Search failed: timeout after 0.2 s."
+        refused = await tools[2]("q")
+        assert not refused.ok and refused.retries == 1 and refused.text.startswith("Search failed: ")
+        assert "ClientConnectorError" in refused.text or "Connect" in refused.text
+    finally:
+        for tool in tools:
+            await tool.aclose()
+        await runner.cleanup()
 
 
 async def test_recall_at_5_through_the_server_matches_in_process(shared_data: Path, index_dir: Path) -> None:

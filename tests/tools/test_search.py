@@ -272,3 +272,89 @@ def test_cache_dir_env_variable_is_the_default(tmp_path: Path, monkeypatch: pyte
     BM25Backend.from_jsonl(corpus)
     assert any((tmp_path / "home-cache" / "bm25").iterdir())
     assert os.environ["AGENT_ENVS_CACHE_DIR"].endswith("home-cache")
+
+
+class _FakeSearchApi:
+    """A local stand-in for the Serper and Brave APIs (the real ones need internet and a paid key).
+
+    It checks the key header each provider documents and answers in that provider's JSON shape.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict]] = []
+        self.fail_first = 0
+
+    async def serper(self, request):  # type: ignore[no-untyped-def]
+        from aiohttp import web
+
+        body = await request.json()
+        self.requests.append((request.headers.get("X-API-KEY", ""), body))
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            return web.Response(status=502, text="bad gateway")
+        organic = [
+            {"title": "A <b>result</b>", "link": "https://a.example/1", "snippet": f"About {body['q']}."},
+            {"title": "Dup", "link": "https://a.example/1", "snippet": f"About {body['q']}."},
+            {"title": "B", "link": "https://b.example/2", "snippet": "Second."},
+            {"title": "C", "link": "https://c.example/3", "snippet": "Third."},
+        ]
+        return web.json_response({"organic": organic})
+
+    async def brave(self, request):  # type: ignore[no-untyped-def]
+        from aiohttp import web
+
+        self.requests.append((request.headers.get("X-Subscription-Token", ""), dict(request.query)))
+        if request.headers.get("X-Subscription-Token") != "brave-key":
+            return web.json_response({"error": "unauthorized"}, status=401)
+        results = [{"title": "Brave hit", "url": "https://br.example", "description": "<strong>x</strong> y"}]
+        return web.json_response({"web": {"results": results}})
+
+
+async def test_web_backends_speak_each_provider_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiohttp import web
+
+    api = _FakeSearchApi()
+    app = web.Application()
+    app.router.add_post("/search", api.serper)
+    app.router.add_get("/res/v1/web/search", api.brave)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    monkeypatch.setenv("SERPER_API_KEY", "serper-key")
+    monkeypatch.setenv("BRAVE_API_KEY", "brave-key")
+    try:
+        serper = WebBackend("serper", endpoint=f"{base}/search", backoff_s=0.01, max_rps=0)
+        api.fail_first = 1
+        tool = SearchTool(serper, topk=3, style="page")
+        res = await tool("capital of France")
+        assert res.ok and res.retries == 1
+        assert res.text == "Page 1: About capital of France.\nPage 2: Second.\nPage 3: Third."  # deduplicated
+        assert api.requests[-1] == ("serper-key", {"q": "capital of France", "num": 3})
+        hits = await serper.search(["x"], topk=2)
+        assert [(h.title, h.url) for h in hits[0]] == [
+            ("A result", "https://a.example/1"),
+            ("B", "https://b.example/2"),
+        ]
+        brave = WebBackend("brave", endpoint=f"{base}/res/v1/web/search", max_rps=0)
+        (row,) = await brave.search(["y"], topk=5)
+        assert [(h.title, h.text, h.url) for h in row] == [("Brave hit", "x y", "https://br.example")]
+        assert api.requests[-1] == ("brave-key", {"q": "y", "count": "5"})
+        monkeypatch.setenv("BRAVE_API_KEY", "wrong")
+        wrong_key = WebBackend("brave", endpoint=f"{base}/res/v1/web/search")
+        denied = await SearchTool(wrong_key)("y")
+        assert not denied.ok and "HTTP 401" in denied.text and denied.retries == 0  # 4xx is not retried
+        for b in (serper, brave, wrong_key):
+            await b.aclose()
+    finally:
+        await runner.cleanup()
+
+
+async def test_web_backend_rate_limit_spaces_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERPER_API_KEY", "k")
+    backend = WebBackend("serper", max_rps=50)  # 20 ms apart; no request is sent here
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.gather(*(backend._throttle() for _ in range(6)))
+    assert loop.time() - start >= 5 * 0.02 * 0.9
