@@ -110,14 +110,22 @@ class PythonTool(Tool):
 
     async def call(self, code: str) -> ToolResult:
         if not code.strip():
-            return ToolResult(text=MESSAGES["empty_call"].format(tool=self.name), ok=False, error="empty_call")
+            return ToolResult(
+                text=MESSAGES["empty_call"].format(tool=self.name), ok=False, error="empty_call"
+            )
         sandbox, executor = self._ensure_started()
-        result = await asyncio.get_running_loop().run_in_executor(executor, sandbox.execute, code, self.timeout_s)
+        result = await asyncio.get_running_loop().run_in_executor(
+            executor, sandbox.execute, code, self.timeout_s
+        )
         return self.format_result(result)
 
     def format_result(self, result: SandboxResult) -> ToolResult:
         """What the model reads, from what the sandbox produced."""
-        meta: dict[str, Any] = {"exit_code": result.exit_code, "elapsed_s": result.elapsed_s, **result.metadata}
+        meta: dict[str, Any] = {
+            "exit_code": result.exit_code,
+            "elapsed_s": result.elapsed_s,
+            **result.metadata,
+        }
         if result.error:
             text = MESSAGES["tool_error"].format(tool=self.name, reason=result.error)
             return ToolResult(text=text, ok=False, error="sandbox", metadata=meta)
@@ -144,7 +152,9 @@ class PythonTool(Tool):
             )
         if not text.strip():
             return ToolResult(text=MESSAGES["no_output"], metadata=meta)
-        return ToolResult(text=truncate_middle(text, self.max_output_chars, result.dropped_bytes), metadata=meta)
+        return ToolResult(
+            text=truncate_middle(text, self.max_output_chars, result.dropped_bytes), metadata=meta
+        )
 
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.close)

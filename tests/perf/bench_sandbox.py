@@ -51,8 +51,14 @@ async def compare(label: str, tool: PythonTool, tool_code: str, fresh_code: str,
         fresh_interpreter(fresh_code)
         b.append(time.perf_counter() - start)
     p50a, p50b = statistics.median(a), statistics.median(b)
-    return [label, f"{p50a * 1e3:.2f}", f"{percentile(a, 0.95) * 1e3:.2f}", f"{p50b * 1e3:.1f}",
-            f"{percentile(b, 0.95) * 1e3:.1f}", f"{p50b / p50a:.1f}x"]
+    return [
+        label,
+        f"{p50a * 1e3:.2f}",
+        f"{percentile(a, 0.95) * 1e3:.2f}",
+        f"{p50b * 1e3:.1f}",
+        f"{percentile(b, 0.95) * 1e3:.1f}",
+        f"{p50b / p50a:.1f}x",
+    ]
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -62,8 +68,15 @@ async def run(args: argparse.Namespace) -> None:
     isolation = tool.isolation
     await tool.aclose()
     tool = PythonTool(timeout_s=10, preamble=("sympy",), pool_size=1)
-    rows.append(await compare("sympy: preamble vs import per call", tool, "print(sympy.Integer(1) + 1)",
-                        "import sympy\nprint(sympy.Integer(1) + 1)", args.sympy_calls))
+    rows.append(
+        await compare(
+            "sympy: preamble vs import per call",
+            tool,
+            "print(sympy.Integer(1) + 1)",
+            "import sympy\nprint(sympy.Integer(1) + 1)",
+            args.sympy_calls,
+        )
+    )
     await tool.aclose()
     table = Table(title=f"python sandbox (local) vs fresh interpreter; isolation: {isolation}")
     for col in ("case", "sandbox p50 ms", "sandbox p95 ms", "fresh p50 ms", "fresh p95 ms", "speed-up (p50)"):

@@ -61,7 +61,7 @@ def test_last_line_error_format():
 
 def test_syntax_error_and_system_exit(tool):
     res = tool.run("def f(:\n  pass")
-    assert res.ok and "SyntaxError" in res.text and 'line 1' in res.text
+    assert res.ok and "SyntaxError" in res.text and "line 1" in res.text
     assert tool.run("import sys\nprint('x')\nsys.exit(3)").metadata["exit_code"] == 3
     assert tool.run("import sys\nprint('x')\nsys.exit(0)").text == "x"
 
@@ -173,7 +173,9 @@ def test_docker_without_engine_is_a_clear_observation():
 
 
 def test_docker_container_limits():
-    opts = DockerSandbox(SandboxConfig(memory_mb=512, nproc=32, docker_cpus=0.5)).container_options("print(1)")
+    opts = DockerSandbox(SandboxConfig(memory_mb=512, nproc=32, docker_cpus=0.5)).container_options(
+        "print(1)"
+    )
     assert opts["network_mode"] == "none" and opts["read_only"] and opts["cap_drop"] == ["ALL"]
     assert (opts["mem_limit"], opts["pids_limit"], opts["nano_cpus"]) == ("512m", 32, 500_000_000)
     assert opts["image"] == "python:3.11-slim" and opts["command"][-2] == "print(1)"

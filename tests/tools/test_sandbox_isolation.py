@@ -33,7 +33,9 @@ TIMEOUT = 1.5
 
 @pytest.fixture(scope="module")
 def tool():
-    tool = PythonTool(timeout_s=TIMEOUT, preamble=("math",), pool_size=1, memory_mb=1024, fsize_mb=8, nproc=32)
+    tool = PythonTool(
+        timeout_s=TIMEOUT, preamble=("math",), pool_size=1, memory_mb=1024, fsize_mb=8, nproc=32
+    )
     tool.run("1")
     assert tool.isolation["net"] and tool.isolation["mount"] and tool.isolation["pid"], tool.isolation
     yield tool
@@ -117,14 +119,23 @@ except OSError as exc:
 def test_network_is_blocked(tool, tcp_server):
     port, accepted = tcp_server
     res = tool.run(NETWORK_CODE.format(port=port))
-    assert res.text.splitlines() == ["local blocked OSError", "external blocked OSError", "dns blocked gaierror"]
+    assert res.text.splitlines() == [
+        "local blocked OSError",
+        "external blocked OSError",
+        "dns blocked gaierror",
+    ]
     assert accepted == ["x"]  # only the test's own control connection ever reached the server
 
 
 def test_writes_outside_the_working_directory_are_denied(tool):
     name = f"sandbox-escape-{uuid.uuid4().hex}"
     site_packages = next(p for p in sys.path if p.endswith("site-packages"))
-    targets = [REPO / name, Path.home() / name, Path(tempfile.gettempdir()) / name, Path(site_packages) / name]
+    targets = [
+        REPO / name,
+        Path.home() / name,
+        Path(tempfile.gettempdir()) / name,
+        Path(site_packages) / name,
+    ]
     code = "import os\n" + "".join(
         f"try:\n    open({str(t)!r}, 'w').write('x')\n    print('wrote')\nexcept OSError as e:\n    print('denied', e.errno)\n"
         for t in targets
@@ -139,7 +150,9 @@ def test_writes_outside_the_working_directory_are_denied(tool):
 
 
 def test_working_directory_is_fresh_and_removed(tool):
-    first = tool.run("import os\nopen('marker.txt', 'w').write('x')\nprint(os.getcwd(), sorted(os.listdir('.')))")
+    first = tool.run(
+        "import os\nopen('marker.txt', 'w').write('x')\nprint(os.getcwd(), sorted(os.listdir('.')))"
+    )
     assert first.text.endswith("['marker.txt']")
     second = tool.run("import os\nprint(os.getcwd(), sorted(os.listdir('.')))")
     assert second.text.endswith(" []"), second.text  # nothing survives from the previous call
@@ -149,8 +162,10 @@ def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("AGENT_ENVS_FAKE_SECRET", "s3cr3t-value")
     tool = PythonTool(timeout_s=TIMEOUT, pool_size=1)
     try:
-        res = tool.run("import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ').read())\n"
-                       "print(open('/proc/1/environ').read())")
+        res = tool.run(
+            "import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ').read())\n"
+            "print(open('/proc/1/environ').read())"
+        )
         assert "AGENT_ENVS_FAKE_SECRET" not in res.text and "s3cr3t-value" not in res.text
         assert "'HOME'" in res.text  # the whitelist is there
     finally:
@@ -173,15 +188,19 @@ def test_memory_bomb_is_contained(tool):
 
 
 def test_file_size_bomb_is_contained(tool):
-    code = ("import os\ntry:\n    with open('big', 'wb') as f:\n        f.write(b'0' * (64 * 1024 * 1024))\n"
-            "except OSError as e:\n    print('stopped', e.strerror)\nprint(os.path.getsize('big') <= 8 * 1024 * 1024)")
+    code = (
+        "import os\ntry:\n    with open('big', 'wb') as f:\n        f.write(b'0' * (64 * 1024 * 1024))\n"
+        "except OSError as e:\n    print('stopped', e.strerror)\nprint(os.path.getsize('big') <= 8 * 1024 * 1024)"
+    )
     res = tool.run(code)
     assert res.text.splitlines() == ["stopped File too large", "True"]
 
 
 def test_infinite_loop_and_background_processes_die_at_the_deadline(tool):
-    code = ("import subprocess, os\nsubprocess.Popen(['sleep', '300'])\n"
-            "if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '301'])\nwhile True:\n    pass")
+    code = (
+        "import subprocess, os\nsubprocess.Popen(['sleep', '300'])\n"
+        "if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '301'])\nwhile True:\n    pass"
+    )
     start = time.monotonic()
     res = tool.run(code)
     elapsed = time.monotonic() - start
@@ -222,8 +241,12 @@ def test_parent_and_worker_are_untouchable(tool):
     lines = res.text.splitlines()
     assert lines[0] == "ppid 0"  # the parent is outside the call's pid namespace
     assert lines[1] in ("kill parent denied ProcessLookupError", "kill parent ALLOWED")  # kill(0): own group
-    assert lines[2:6] == ["kill test process denied ProcessLookupError", "kill worker denied ProcessLookupError",
-                          "kill -1 denied ProcessLookupError", "read parent environ denied FileNotFoundError"]
+    assert lines[2:6] == [
+        "kill test process denied ProcessLookupError",
+        "kill worker denied ProcessLookupError",
+        "kill -1 denied ProcessLookupError",
+        "read parent environ denied FileNotFoundError",
+    ]
     assert lines[6] == "read worker environ denied FileNotFoundError" and lines[7] == "alive"
     assert worker_pids(tool) == workers and all(os.path.exists(f"/proc/{p}") for p in workers)
     assert tool.run("1").metadata["worker_calls"] == before + 2  # the same worker served on
@@ -293,8 +316,10 @@ def _unprivileged_runner() -> tuple[list[str], str] | None:
     return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"], python
 
 
-@pytest.mark.skipif(_unprivileged_runner() is None,
-                    reason="no system Python and setpriv to run the sandbox as an unprivileged user here")
+@pytest.mark.skipif(
+    _unprivileged_runner() is None,
+    reason="no system Python and setpriv to run the sandbox as an unprivileged user here",
+)
 def test_isolation_holds_for_an_unprivileged_user(tcp_server):
     port, accepted = tcp_server
     prefix, python = _unprivileged_runner()
@@ -303,7 +328,9 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
     try:
         # The venv lives under a root-only home, so the driver uses the system Python and a readable
         # copy of the (stdlib-only) sandbox package.
-        shutil.copytree(Path(local.__file__).parent, copy / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            Path(local.__file__).parent, copy / "sandbox", ignore=shutil.ignore_patterns("__pycache__")
+        )
         (copy / "driver.py").write_text(DRIVER.replace("NETWORK", repr(NETWORK_CODE.format(port=port))))
         host_dir.mkdir()
         for path in (copy, host_dir):
@@ -312,8 +339,14 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
             if path != host_dir:
                 path.chmod(0o755 if path.is_dir() else 0o644)
         env = {"PATH": "/usr/bin:/bin", "AGENT_ENVS_FAKE_SECRET": "s3cr3t-value"}
-        proc = subprocess.run([*prefix, python, str(copy / "driver.py"), str(copy), str(port), str(host_dir)],
-                              capture_output=True, text=True, timeout=60, env=env, cwd="/")
+        proc = subprocess.run(
+            [*prefix, python, str(copy / "driver.py"), str(copy), str(port), str(host_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd="/",
+        )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         assert not (host_dir / "escaped").exists()
@@ -321,8 +354,11 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
         shutil.rmtree(copy, ignore_errors=True)
     assert out["uid"] != 0 and out["hello"]["stdout"] == "hi\n"
     assert out["isolation"]["user"] == "userns" and out["isolation"]["net"] and out["isolation"]["pid"]
-    assert out["network"]["stdout"].splitlines() == ["local blocked OSError", "external blocked OSError",
-                                                     "dns blocked gaierror"]
+    assert out["network"]["stdout"].splitlines() == [
+        "local blocked OSError",
+        "external blocked OSError",
+        "dns blocked gaierror",
+    ]
     assert accepted == ["x"]
     assert "Error" in out["write"]["stderr"]  # the host's world-writable directory is out of reach
     assert "AGENT_ENVS_FAKE_SECRET" not in out["env"]["stdout"] and "HOME" in out["env"]["stdout"]
@@ -330,5 +366,8 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
     assert out["after_bomb"]["stdout"] == "4\n"
     assert out["memory"]["stderr"].strip().endswith("MemoryError")
     assert "File too large" in out["fsize"]["stderr"] or "No space left" in out["fsize"]["stderr"]
-    assert out["parent"]["stdout"] == "ProcessLookupError\nProcessLookupError\n" and out["after_parent"]["stdout"] == "alive\n"
+    assert (
+        out["parent"]["stdout"] == "ProcessLookupError\nProcessLookupError\n"
+        and out["after_parent"]["stdout"] == "alive\n"
+    )
     assert out["worker_same"]

@@ -26,7 +26,9 @@ class SandboxConfig:
     """Limits and options of a sandbox; per-call limits apply to each execution separately."""
 
     timeout_s: float = 10.0  # wall clock; the whole call (its pid namespace / process group) is killed
-    memory_mb: int = 2048  # RLIMIT_AS (local; includes the preamble already in memory) / memory limit (docker)
+    memory_mb: int = (
+        2048  # RLIMIT_AS (local; includes the preamble already in memory) / memory limit (docker)
+    )
     fsize_mb: int = 16  # largest file the code may write (RLIMIT_FSIZE), and the working tmpfs size
     nproc: int = 64  # processes of the sandbox user (RLIMIT_NPROC) / docker pids limit
     nofile: int = 256  # open files (RLIMIT_NOFILE)
@@ -40,8 +42,16 @@ class SandboxConfig:
     docker_cpus: float = 1.0
 
     def validate(self) -> SandboxConfig:
-        for name in ("timeout_s", "memory_mb", "fsize_mb", "nproc", "nofile", "pool_size", "max_capture_bytes",
-                     "docker_cpus"):
+        for name in (
+            "timeout_s",
+            "memory_mb",
+            "fsize_mb",
+            "nproc",
+            "nofile",
+            "pool_size",
+            "max_capture_bytes",
+            "docker_cpus",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"SandboxConfig.{name} must be a positive number, got {value!r}")
@@ -49,7 +59,9 @@ class SandboxConfig:
         for entry in self.preamble:
             parts = entry.split() if isinstance(entry, str) else []
             if not (len(parts) == 1 or (len(parts) == 3 and parts[1] == "as")):
-                raise ValueError(f"SandboxConfig.preamble entry {entry!r}: expected 'module' or 'module as alias'")
+                raise ValueError(
+                    f"SandboxConfig.preamble entry {entry!r}: expected 'module' or 'module as alias'"
+                )
         return self
 
 

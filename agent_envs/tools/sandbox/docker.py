@@ -46,7 +46,9 @@ class DockerSandbox(Sandbox):
                 try:
                     import docker
                 except ImportError as exc:
-                    raise RuntimeError("the docker backend needs the docker SDK: pip install 'agent-envs[docker]'") from exc
+                    raise RuntimeError(
+                        "the docker backend needs the docker SDK: pip install 'agent-envs[docker]'"
+                    ) from exc
                 try:
                     client = docker.from_env()
                     client.ping()
@@ -111,7 +113,9 @@ class DockerSandbox(Sandbox):
                     container.remove(force=True)
         if exit_code == 137 and not timed_out:
             exit_code = -9  # killed by the OOM killer: report it as the signal, like the local backend
-        return SandboxResult(stdout=stdout, stderr=stderr, exit_code=exit_code, timed_out=timed_out, elapsed_s=elapsed)
+        return SandboxResult(
+            stdout=stdout, stderr=stderr, exit_code=exit_code, timed_out=timed_out, elapsed_s=elapsed
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -109,7 +109,9 @@ def compile_code(code: str) -> tuple[object | None, str]:
     """Compile with the REPL echo; returns (code object, "") or (None, the error text to print)."""
     linecache.cache[CODE_FILENAME] = (len(code), None, code.splitlines(True), CODE_FILENAME)
     try:
-        return compile(_echo_last_expression(ast.parse(code, CODE_FILENAME, "exec")), CODE_FILENAME, "exec"), ""
+        return compile(
+            _echo_last_expression(ast.parse(code, CODE_FILENAME, "exec")), CODE_FILENAME, "exec"
+        ), ""
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         return None, "".join(traceback.format_exception_only(type(exc), exc))
 
@@ -252,7 +254,9 @@ def build_readonly_root(extra_binds: list[str]) -> None:
             binds.append(path)
     # Open the sources before the new root's tmpfs covers /tmp (a source may live there).
     sources = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC), _locked_flags(path)) for path in binds]
-    dev_fds = {d: os.open(f"/dev/{d}", os.O_PATH | os.O_CLOEXEC) for d in DEVICES if os.path.exists(f"/dev/{d}")}
+    dev_fds = {
+        d: os.open(f"/dev/{d}", os.O_PATH | os.O_CLOEXEC) for d in DEVICES if os.path.exists(f"/dev/{d}")
+    }
     new_root = "/tmp"
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for path, link in links:
@@ -272,8 +276,12 @@ def build_readonly_root(extra_binds: list[str]) -> None:
         open(f"{new_root}/dev/{name}", "w").close()
         mount(f"/proc/self/fd/{fd}", f"{new_root}/dev/{name}", None, MS_BIND)
         os.close(fd)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{new_root}/dev/{name}")
     for d in ("proc", "tmp", ".oldroot"):
         os.makedirs(f"{new_root}/{d}", exist_ok=True)
@@ -299,7 +307,13 @@ class Isolation:
         self.pidns_fd: int | None = None  # the worker's own pid namespace, to re-enter before each call
 
     def as_dict(self) -> dict:
-        return {"user": self.user, "net": self.net, "mount": self.mount, "pid": self.pid, "warnings": self.warnings}
+        return {
+            "user": self.user,
+            "net": self.net,
+            "mount": self.mount,
+            "pid": self.pid,
+            "warnings": self.warnings,
+        }
 
 
 def _become_namespace_init() -> None:
@@ -326,8 +340,10 @@ def isolate_worker(config: dict) -> Isolation:
     uid, gid = os.geteuid(), os.getegid()
     iso.user = "root-drop" if uid == 0 else "none"
     if not config.get("namespaces", True):
-        iso.warnings.append("namespaces disabled by configuration: only rlimits, the scrubbed environment and "
-                            "a temporary directory apply (network and file system stay open)")
+        iso.warnings.append(
+            "namespaces disabled by configuration: only rlimits, the scrubbed environment and "
+            "a temporary directory apply (network and file system stay open)"
+        )
         return iso
     flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
     try:
@@ -341,17 +357,21 @@ def isolate_worker(config: dict) -> Isolation:
             iso.user = "userns"
         iso.net = iso.mount = True
     except OSError as exc:
-        iso.warnings.append(f"cannot create network/mount/pid namespaces ({exc}): network access is NOT blocked, "
-                            "files outside the working directory stay writable where permissions allow, and "
-                            "sandboxed code can see other processes of its user")
+        iso.warnings.append(
+            f"cannot create network/mount/pid namespaces ({exc}): network access is NOT blocked, "
+            "files outside the working directory stay writable where permissions allow, and "
+            "sandboxed code can see other processes of its user"
+        )
         return iso
     _become_namespace_init()
     try:
         build_readonly_root(config.get("binds", []))
     except OSError as exc:
         iso.mount = False
-        iso.warnings.append(f"cannot build the read-only root ({exc}): files outside the working directory stay "
-                            "writable where permissions allow")
+        iso.warnings.append(
+            f"cannot build the read-only root ({exc}): files outside the working directory stay "
+            "writable where permissions allow"
+        )
     try:
         if not iso.mount:  # still the host's /proc, in our private mount namespace
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -365,8 +385,10 @@ def isolate_worker(config: dict) -> Isolation:
     except OSError as exc:
         iso.warnings.append(f"cannot create per-call pid namespaces ({exc})")
     if not iso.pid:
-        iso.warnings.append("without per-call pid namespaces, code can see the worker and other processes of its "
-                            "user, and processes that leave their process group may survive the timeout")
+        iso.warnings.append(
+            "without per-call pid namespaces, code can see the worker and other processes of its "
+            "user, and processes that leave their process group may survive the timeout"
+        )
     return iso
 
 
@@ -405,8 +427,16 @@ def _set_limits(req: dict) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def _child(req: dict, iso: Isolation, namespace: dict, out_w: int, err_w: int, workdir: str,
-           compiled: object | None, compile_error: str) -> None:
+def _child(
+    req: dict,
+    iso: Isolation,
+    namespace: dict,
+    out_w: int,
+    err_w: int,
+    workdir: str,
+    compiled: object | None,
+    compile_error: str,
+) -> None:
     """Pid 1 of the call's pid namespace (or a plain child): set up, drop privileges, run. Never returns."""
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
