@@ -91,12 +91,12 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
         return apply_baseline(env, cfg.baseline)
 
     greedy = cfg.temperature == 0 or (cfg.temperature is None and cfg.n == 1)
+    # the runner adds each env's own stop strings to every request
     params = SamplingParams(
         temperature=0.0 if greedy else (cfg.temperature if cfg.temperature is not None else 0.6),
         top_p=1.0 if greedy else cfg.top_p,
         top_k=-1 if greedy else cfg.top_k,
         max_tokens=cfg.max_response_tokens,
-        stop=make_env().stop_sequences or None,
         seed=cfg.seed,
     )
     indices = list(range(cfg.first_task, cfg.first_task + count))

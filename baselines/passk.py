@@ -40,8 +40,9 @@ def summarize(samples: Iterable[Mapping], ks: Iterable[int] = (1,), correct_key:
         if k <= n:
             out[f"pass@{k}"] = mean(pass_at_k(n, sum(float(s[correct_key]) > 0 for s in v[:n]), k) for v in by_task.values())
     out["any_correct"] = mean(float(any(float(s[correct_key]) > 0 for s in v)) for v in by_task.values())
+    skip = {correct_key, "sample"}  # the sample index is bookkeeping, not a metric
     numeric = {key for v in by_task.values() for s in v for key, val in s.items()
-               if isinstance(val, int | float) and not isinstance(val, bool) and key != correct_key}
+               if isinstance(val, int | float) and not isinstance(val, bool) and key not in skip}
     for key in sorted(numeric):
         vals = [float(s[key]) for v in by_task.values() for s in v if isinstance(s.get(key), int | float)]
         if vals:
