@@ -1,0 +1,95 @@
+"""`agent-envs train` and `agent-envs sft`: the learners from the command line.
+
+    agent-envs train --algo grpo --config configs/grpo_tiny.yaml total_steps=50 lr=1e-4
+    agent-envs train --algo dapo --config configs/dapo_tiny.yaml --resume auto
+    accelerate launch --config_file configs/accelerate/ddp.yaml -m agent_envs.cli train --algo grpo \\
+        --config configs/grpo_qwen2.5_7b.yaml
+    agent-envs sft --config configs/sft_tiny.yaml steps=300
+
+A config file holds `key: value` lines of the algorithm's config dataclass; `key=value`
+arguments override it (dotted keys reach into mappings: `env_kwargs.world.difficulty=2`).
+Algorithms register here by import path, so adding one is one line in `ALGORITHMS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from typing import Any
+
+# name -> "module:LearnerClass"
+ALGORITHMS = {
+    "grpo": "algorithms.grpo:GRPOLearner",
+    "dapo": "algorithms.dapo:DAPOLearner",
+    "arpo": "algorithms.arpo:ARPOLearner",
+    "aepo": "algorithms.aepo:AEPOLearner",
+}
+
+
+def learner_class(algo: str) -> Any:
+    """The learner class registered under `algo`."""
+    if algo not in ALGORITHMS:
+        raise SystemExit(f"--algo {algo!r}: unknown algorithm; choose one of {sorted(ALGORITHMS)}")
+    module, _, cls = ALGORITHMS[algo].partition(":")
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"--algo {algo}: {ALGORITHMS[algo]} is not available ({exc})") from exc
+
+
+def _train(args: argparse.Namespace) -> int:
+    from algorithms.core.config import build_config
+
+    cls = learner_class(args.algo)
+    cfg = build_config(cls.config_class, args.config, args.overrides)
+    _check_algo_in_file(args.config, args.algo)
+    learner = cls(cfg)
+    learner.train(resume=args.resume)
+    return 0
+
+
+def _check_algo_in_file(path: str | None, algo: str) -> None:
+    if path is None:
+        return
+    import yaml
+
+    with open(path) as fh:
+        data = yaml.safe_load(fh) or {}
+    named = data.get("algo") if isinstance(data, dict) else None
+    if named is not None and named != algo:
+        raise SystemExit(f"{path} is a preset for algo {named!r}, but --algo {algo} was given")
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from algorithms.core.config import build_config
+    from algorithms.sft import SFTConfig, run_sft
+
+    cfg = build_config(SFTConfig, args.config, args.overrides)
+    result = run_sft(cfg)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register `train` and `sft` on the package's argument parser."""
+    p = subparsers.add_parser("train", help="RL-train a policy (GRPO, DAPO, ARPO, AEPO) on an env")
+    p.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))
+    p.add_argument("--config", default=None, help="YAML preset (configs/*.yaml)")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="auto",
+        default=None,
+        help="continue from the newest checkpoint of output_dir (or from the given checkpoint/run dir)",
+    )
+    p.add_argument("overrides", nargs="*", help="key=value config overrides")
+    p.set_defaults(func=_train)
+
+    p = subparsers.add_parser("sft", help="cold-start SFT on tool-use traces (gold traces or a JSONL)")
+    p.add_argument("--config", default=None, help="YAML preset (configs/sft_*.yaml)")
+    p.add_argument("overrides", nargs="*", help="key=value config overrides")
+    p.set_defaults(func=_sft)
+
+
+__all__ = ["ALGORITHMS", "add_cli", "learner_class"]

@@ -1,0 +1,874 @@
+"""The RL learner loop on Accelerate, shared by GRPO, DAPO, ARPO and AEPO.
+
+    >>> from algorithms.core.learner import Learner, LearnerConfig
+    >>> cfg = LearnerConfig(model="tiny", env="AgentMath-v0", total_steps=2, output_dir="runs/demo")
+    >>> Learner(cfg).train()                                              # doctest: +SKIP
+
+One RL step (specs/algorithms.md §2.1):
+
+1. draw `prompts_per_step` prompts (seeded order; each draw is a fresh group id);
+2. roll out `group_size` episodes per prompt through the rollout runner (`rollout` hook);
+3. rewards from the envs (`shape_rewards` hook: DAPO adds overlong shaping);
+4. advantages (`compute_advantages` hook: GRPO by default; ARPO/AEPO attribute per token);
+5. `ppo_epochs` passes over mini-batches of `mini_batch_prompts` prompts, one optimizer step
+   each, with micro-batch gradient accumulation. Every denominator (N_tok, B_S) is computed once
+   per mini-batch and all-reduced over ranks, so the loss is a true global token mean whatever
+   the split (§2.3–§2.4);
+6. sync weights into the rollout engine, log, checkpoint.
+
+Data parallelism: every rank rolls out its own share of each mini-batch's prompts with its own
+engine, and trains on it; gradients are averaged by DDP/FSDP/DeepSpeed, and the loss is scaled
+by W·GA so the average becomes the global sum. Exact resume: checkpoints hold the model,
+optimizer, scheduler, all RNG states, the data position and the step; rollout sampling seeds are
+a function of (seed, step, draw), so a resumed run draws the same batches and samples.
+
+Algorithms subclass `Learner` and override hooks; each file is "GRPO, except ...".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, SCALE_MODES, grpo_advantages
+from algorithms.core.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from algorithms.core.config import config_dict
+from algorithms.core.logprobs import token_logprobs
+from algorithms.core.losses import AGG_MODES, KL_KINDS, aggregate, kl_penalty, policy_loss
+from algorithms.core.run_log import RunLogger
+
+POLICY_LOSSES = {"ppo_clip": "hard", "ppo_clip_gradpreserve": "grad_preserve"}
+ENGINES = ("hf", "vllm")
+
+
+@dataclass
+class LearnerConfig:
+    """Every knob of the shared loop. Defaults are GRPO's (spec §3.3); presets live in configs/."""
+
+    # what to train, where
+    model: str = "tiny"  # HF checkpoint dir / hub id, or "tiny" (built locally, see rollout.tiny_model)
+    env: str = "AgentMath-v0"  # a registered gymnasium id
+    env_kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
+    engine: str = "hf"  # hf (transformers; shares the learner's weights) | vllm
+    engine_kwargs: dict = field(default_factory=dict)
+    output_dir: str = "runs/grpo"
+    seed: int = 0
+    threads: int | None = None  # torch CPU threads (None: leave as is)
+    # rollout
+    total_steps: int = 100  # RL steps
+    prompts_per_step: int = 4  # prompt draws per RL step, over all ranks
+    group_size: int = 8  # G responses per prompt
+    max_response_tokens: int = 256  # per episode, model and tool tokens together
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    # optimisation
+    mini_batch_prompts: int | None = None  # prompts per optimizer step; None = the whole RL step
+    ppo_epochs: int = 1
+    micro_batch_size: int = 8  # sequences per forward/backward on one rank
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    lr_schedule: str = "constant"  # constant | cosine (over all optimizer steps)
+    warmup_steps: int = 0  # optimizer steps of linear warm-up
+    min_lr_ratio: float = 0.0  # cosine floor, as a fraction of lr
+    max_grad_norm: float | None = 1.0
+    mixed_precision: str = "auto"  # auto (bf16 where the GPU supports it) | no | bf16 | fp16
+    gradient_checkpointing: bool = False
+    # advantages and loss
+    advantage_estimator: str = "grpo"  # grpo | rloo
+    scale_rewards: str = "group"  # group | batch | none (Dr. GRPO)
+    adv_eps: float = 1e-6
+    policy_loss: str = "ppo_clip"  # ppo_clip | ppo_clip_gradpreserve (AEPO §7.4)
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = 3.0  # dual clip; null disables
+    loss_agg_mode: str = "token-mean"
+    loss_scale_len: int | None = None  # L_const of seq-mean-token-sum-norm; default max_response_tokens
+    kl_coef: float = 0.0  # 0: no reference model is loaded or run (D22)
+    kl_estimator: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    log_entropy: bool = True  # entropy of the training forward pass as a metric
+    rollout_is: str = "none"  # none | tis (token-level truncated importance sampling, §2.9)
+    rollout_is_threshold: float = 2.0
+    # logging and checkpoints
+    save_every: int = 0  # RL steps between checkpoints (0: only at the end)
+    keep_checkpoints: int = 2
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_project: str = "agent-envs"
+    progress: bool = True
+    save_trajectories: bool = False  # write each step's trajectories to <output_dir>/trajectories/
+    export_model: bool = True  # save_pretrained the final policy to <output_dir>/final_model
+
+    def validate(self) -> None:
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"config field {key!r}: {what}, got {getattr(self, key)!r}")
+
+        need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")
+        need(self.total_steps >= 0, "total_steps", "must be >= 0")
+        need(self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1")
+        need(self.group_size >= 1, "group_size", "must be >= 1")
+        need(self.max_response_tokens >= 1, "max_response_tokens", "must be >= 1")
+        need(self.temperature > 0, "temperature", "must be > 0 for training rollouts")
+        need(self.ppo_epochs >= 1, "ppo_epochs", "must be >= 1")
+        need(self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1")
+        mb = self.mini_batch_prompts or self.prompts_per_step
+        need(
+            self.prompts_per_step % mb == 0,
+            "mini_batch_prompts",
+            f"must divide prompts_per_step={self.prompts_per_step}",
+        )
+        need(self.lr_schedule in ("constant", "cosine"), "lr_schedule", "must be constant or cosine")
+        need(
+            self.mixed_precision in ("auto", "no", "bf16", "fp16"),
+            "mixed_precision",
+            "must be auto|no|bf16|fp16",
+        )
+        need(
+            self.advantage_estimator in ADVANTAGE_ESTIMATORS,
+            "advantage_estimator",
+            f"one of {list(ADVANTAGE_ESTIMATORS)}",
+        )
+        need(self.scale_rewards in SCALE_MODES, "scale_rewards", f"must be one of {SCALE_MODES}")
+        need(self.policy_loss in POLICY_LOSSES, "policy_loss", f"must be one of {list(POLICY_LOSSES)}")
+        need(self.loss_agg_mode in AGG_MODES, "loss_agg_mode", f"must be one of {AGG_MODES}")
+        need(self.kl_estimator in KL_KINDS, "kl_estimator", f"must be one of {KL_KINDS}")
+        need(self.kl_coef >= 0, "kl_coef", "must be >= 0")
+        need(self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c", "must be > 1 or null")
+        need(self.rollout_is in ("none", "tis"), "rollout_is", "must be none or tis")
+        need(self.save_every >= 0, "save_every", "must be >= 0")
+
+    @property
+    def num_minibatches(self) -> int:
+        return self.prompts_per_step // (self.mini_batch_prompts or self.prompts_per_step)
+
+
+@dataclass(frozen=True)
+class PromptDraw:
+    """One prompt drawn for a step: which task, its group id, and the seed of its samples."""
+
+    index: int
+    group_id: int
+    seed: int
+
+
+class PromptSampler:
+    """Seeded epochs over task indices; its state is (epoch, cursor) and fits in a checkpoint."""
+
+    def __init__(self, num_tasks: int, seed: int) -> None:
+        if num_tasks < 1:
+            raise ValueError("the env has no tasks to draw prompts from")
+        self.num_tasks, self.seed = num_tasks, seed
+        self.epoch, self.cursor = 0, 0
+        self._perm = self._permutation()
+
+    def _permutation(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_tasks)
+
+    def draw(self, k: int) -> list[int]:
+        out = []
+        while len(out) < k:
+            if self.cursor >= self.num_tasks:
+                self.epoch, self.cursor = self.epoch + 1, 0
+                self._perm = self._permutation()
+            take = min(k - len(out), self.num_tasks - self.cursor)
+            out += self._perm[self.cursor : self.cursor + take].tolist()
+            self.cursor += take
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
+        self._perm = self._permutation()
+
+
+def draw_seed(*parts: int) -> int:
+    """A 31-bit seed that depends on every part (so each draw's samples are reproducible)."""
+    return int(np.random.SeedSequence([abs(int(p)) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+@dataclass
+class RolloutBatch:
+    """A rank's trajectories of one RL step as padded response-space tensors [B, T].
+
+    Hooks may replace `advantages` (per trajectory or per token) and `loss_mask` (e.g. hard
+    attribution), and put per-token tensors in `extras`.
+    """
+
+    trajectories: list[Any]
+    rewards: torch.Tensor  # [B]
+    group_ids: torch.Tensor  # [B]
+    response_ids: torch.Tensor  # [B, T] (pad 0)
+    loss_mask: torch.Tensor  # [B, T] float
+    rollout_logprobs: torch.Tensor  # [B, T]
+    advantages: torch.Tensor | None = None  # [B] or [B, T]
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    old_entropy: torch.Tensor | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    @classmethod
+    def from_trajectories(cls, trajs: Sequence[Any], rewards: torch.Tensor) -> RolloutBatch:
+        width = max((len(t.response_ids) for t in trajs), default=0)
+        b = len(trajs)
+        ids = torch.zeros(b, max(width, 1), dtype=torch.long)
+        mask = torch.zeros(b, max(width, 1))
+        lps = torch.zeros(b, max(width, 1))
+        for i, t in enumerate(trajs):
+            n = len(t.response_ids)
+            ids[i, :n] = torch.tensor(t.response_ids, dtype=torch.long)
+            mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
+            lps[i, :n] = torch.tensor(t.logprobs, dtype=torch.float)
+        return cls(
+            trajectories=list(trajs),
+            rewards=rewards.float(),
+            group_ids=torch.tensor([t.group_id for t in trajs], dtype=torch.long),
+            response_ids=ids,
+            loss_mask=mask,
+            rollout_logprobs=lps,
+        )
+
+
+@dataclass
+class MicroBatch:
+    """Rows of a `RolloutBatch` trained together; `rows` index the batch, `width` trims padding."""
+
+    rows: list[int]
+    width: int
+    dummy: bool = False  # a rank with fewer rows than others still runs forward/backward (mask 0)
+
+
+class Learner:
+    """GRPO on Accelerate. Subclasses change behaviour through the hooks marked "hook"."""
+
+    name = "grpo"
+    config_class: type[LearnerConfig] = LearnerConfig
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        *,
+        accelerator: Any = None,
+        engine: Any = None,
+        env_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        config.validate()
+        self.config = cfg = config
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        precision = cfg.mixed_precision
+        if precision == "auto":
+            precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+        self.accelerator = accelerator or Accelerator(
+            gradient_accumulation_steps=self._micro_batches_per_minibatch(),
+            mixed_precision=precision,
+            step_scheduler_with_optimizer=False,
+        )
+        acc = self.accelerator
+        self.world, self.rank = acc.num_processes, acc.process_index
+        if cfg.prompts_per_step % (cfg.num_minibatches * self.world):
+            raise ValueError(
+                f"config: each of the {cfg.num_minibatches} mini-batches must split evenly over "
+                f"{self.world} processes; make mini_batch_prompts a multiple of {self.world}"
+            )
+        set_seed(cfg.seed + self.rank)
+        self.run_dir = Path(cfg.output_dir)
+        self.model_path = self._resolve_model_path()
+        self.model, self.tokenizer = self._load_model(self.model_path)
+        self.ref_model = self._load_ref_model() if cfg.kl_coef > 0 else None
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=cfg.lr,
+            betas=tuple(cfg.adam_betas),
+            weight_decay=cfg.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
+        self.model, self.optimizer, self.scheduler = acc.prepare(self.model, self.optimizer, self.scheduler)
+        if self.ref_model is not None:
+            self.ref_model = acc.prepare_model(self.ref_model, evaluation_mode=True)
+        self.env_factory = env_factory or self._default_env_factory
+        self.engine = engine if engine is not None else self._make_engine()
+        self.sampler = PromptSampler(self._num_tasks(), cfg.seed)
+        self.step = 0
+        self.logger: RunLogger | None = None
+
+    # ---- setup --------------------------------------------------------------------------------
+
+    def _micro_batches_per_minibatch(self) -> int:
+        cfg = self.config
+        from accelerate import PartialState
+
+        world = PartialState().num_processes
+        per_rank = cfg.prompts_per_step // cfg.num_minibatches // max(world, 1) * self.sequences_per_prompt()
+        return max(1, math.ceil(per_rank / cfg.micro_batch_size))
+
+    def sequences_per_prompt(self) -> int:
+        """Trajectories per prompt draw (hook: tree rollouts keep a fixed budget M)."""
+        return self.config.group_size
+
+    def _resolve_model_path(self) -> str:
+        if self.config.model == "tiny":
+            from algorithms.rollout.tiny_model import build_tiny_model
+
+            with self.accelerator.main_process_first():
+                return str(build_tiny_model(seed=0))
+        return self.config.model
+
+    def _load_model(self, path: str) -> tuple[Any, Any]:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            model.config.use_cache = False
+        return model, tokenizer
+
+    def _load_ref_model(self) -> Any:
+        ref = copy.deepcopy(self.model)
+        ref.requires_grad_(False)
+        return ref.eval()
+
+    def _default_env_factory(self) -> Any:
+        import gymnasium as gym
+
+        import agent_envs  # noqa: F401  (registers the ids)
+
+        kwargs = {"tokenizer": self.tokenizer, "max_response_tokens": self.config.max_response_tokens}
+        kwargs.update(self.config.env_kwargs)
+        return gym.make(self.config.env, **kwargs).unwrapped
+
+    def _num_tasks(self) -> int:
+        env = self.env_factory()
+        return len(env.tasks)
+
+    def _make_engine(self) -> Any:
+        cfg = self.config
+        if cfg.engine == "hf":
+            from algorithms.rollout.hf import HFEngine
+
+            # the engine decodes with the learner's own module: always in sync, no copy
+            return HFEngine(
+                self.accelerator.unwrap_model(self.model),
+                self.tokenizer,
+                device=str(self.accelerator.device),
+                seed=cfg.seed,
+                **cfg.engine_kwargs,
+            )
+        from algorithms.rollout.vllm import VLLMEngine
+
+        kwargs = {"seed": cfg.seed, **cfg.engine_kwargs}
+        return VLLMEngine(self.model_path, **kwargs)
+
+    def _lr_lambda(self, opt_step: int) -> float:
+        cfg = self.config
+        total = max(1, cfg.total_steps * cfg.num_minibatches * cfg.ppo_epochs)
+        if cfg.warmup_steps and opt_step < cfg.warmup_steps:
+            return (opt_step + 1) / cfg.warmup_steps
+        if cfg.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (opt_step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    # ---- hooks ----------------------------------------------------------------------------------
+
+    def sampling_params(self) -> Any:
+        """Rollout sampling parameters (hook)."""
+        from algorithms.rollout.engine import SamplingParams
+
+        cfg = self.config
+        return SamplingParams(
+            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_response_tokens
+        )
+
+    def draw_prompts(self, step: int, count: int, first_group: int) -> list[PromptDraw]:
+        """Global prompt draws of a step, identical on every rank."""
+        return [
+            PromptDraw(
+                index=i, group_id=first_group + k, seed=draw_seed(self.config.seed, step, first_group + k)
+            )
+            for k, i in enumerate(self.sampler.draw(count))
+        ]
+
+    def local_share(self, draws: Sequence[PromptDraw]) -> list[PromptDraw]:
+        """This rank's draws: within each mini-batch, a contiguous block per rank, so mini-batch k
+        is the same set of prompts whatever the number of processes."""
+        k = self.config.num_minibatches
+        per_mb = len(draws) // k
+        per_rank = per_mb // self.world
+        out = []
+        for m in range(k):
+            start = m * per_mb + self.rank * per_rank
+            out += draws[start : start + per_rank]
+        return out
+
+    def rollout(self, draws: Sequence[PromptDraw]) -> list[Any]:
+        """Trajectories for this rank's draws, `sequences_per_prompt()` each, grouped by draw in
+        order (hook: ARPO/AEPO use the tree rollout).
+
+        Trajectory ids are global (group id × G + k) and the runner derives each request's seed
+        from (seed, trajectory id, turn), so samples do not depend on ranks or batching.
+        """
+        from algorithms.rollout.runner import run_paths, start_group
+
+        cfg = self.config
+        g = cfg.group_size
+        params = self.sampling_params().with_(seed=cfg.seed)
+
+        async def run() -> list[Any]:
+            paths = []
+            for d in draws:
+                paths += start_group(
+                    self.env_factory(),
+                    self.tokenizer,
+                    d.group_id,
+                    g,
+                    d.group_id * g,
+                    seed=d.seed,
+                    options={"index": d.index},
+                )
+            await run_paths(self.engine, paths, params, cfg.max_response_tokens)
+            return [p.to_trajectory() for p in paths]
+
+        return _run_coroutine(run())
+
+    def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
+        """One step's local trajectories and rollout metrics (hook: DAPO's dynamic sampling)."""
+        cfg = self.config
+        draws = self.draw_prompts(step, cfg.prompts_per_step, step * cfg.prompts_per_step)
+        return self.rollout(self.local_share(draws)), {}
+
+    def shape_rewards(self, trajectories: Sequence[Any]) -> torch.Tensor:
+        """The scalar reward per trajectory used for advantages (hook: DAPO overlong shaping)."""
+        return torch.tensor([float(t.reward) for t in trajectories], dtype=torch.float32)
+
+    def compute_advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages ([B] or [B, T]) and the loss mask ([B, T]) (hook: ARPO attribution).
+
+        Groups never straddle ranks (each rank rolls out whole groups), except for `batch` scaling,
+        whose std is taken over every rank's rewards.
+        """
+        cfg = self.config
+        if cfg.advantage_estimator == "rloo":
+            return ADVANTAGE_ESTIMATORS["rloo"](batch.rewards, batch.group_ids), batch.loss_mask
+        if cfg.scale_rewards == "batch" and self.world > 1:
+            centred = grpo_advantages(batch.rewards, batch.group_ids, scale_rewards="none")
+            every = self.accelerator.gather(batch.rewards.to(self.accelerator.device)).cpu()
+            return centred / (every.std() + cfg.adv_eps), batch.loss_mask
+        adv = grpo_advantages(
+            batch.rewards, batch.group_ids, eps=cfg.adv_eps, scale_rewards=cfg.scale_rewards
+        )
+        return adv, batch.loss_mask
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `policy_loss` (hook: AEPO's gradient-preserving clip)."""
+        cfg = self.config
+        return {
+            "clip_low": cfg.clip_ratio_low,
+            "clip_high": cfg.clip_ratio_high,
+            "dual_clip": cfg.clip_ratio_c,
+            "agg": cfg.loss_agg_mode,
+            "upper_clip": POLICY_LOSSES[cfg.policy_loss],
+            "max_len": cfg.loss_scale_len or cfg.max_response_tokens,
+        }
+
+    def needs_entropy(self) -> bool:
+        """Whether the training forward pass computes per-token entropy (hook). Independent of
+        `entropy_coeff` alone (defect D9): any feature or metric that needs it turns it on."""
+        return self.config.log_entropy or self.config.entropy_coeff != 0
+
+    def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> None:
+        """Called before the micro-batches of a mini-batch (hook: mini-batch statistics)."""
+
+    def adjust_advantages(
+        self,
+        batch: RolloutBatch,
+        micro: MicroBatch,
+        advantages: torch.Tensor,
+        extras: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """Per micro-batch advantages given this forward pass's per-token tensors (`entropy`,
+        `logprobs`, detached) (hook: AEPO's entropy-aware advantage)."""
+        return advantages
+
+    # ---- forward passes -----------------------------------------------------------------------
+
+    def forward(
+        self,
+        model: Any,
+        batch: RolloutBatch,
+        micro: MicroBatch,
+        *,
+        with_entropy: bool,
+        entropy_grad: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs [b, width] of the response tokens (and entropy) at the rollout temperature.
+
+        Prompts are left-padded and responses right-padded so every response starts at the same
+        column; position ids skip the padding; only the response positions reach the LM head.
+        """
+        trajs = [batch.trajectories[r] for r in micro.rows]
+        width = micro.width
+        plen = max(len(t.prompt_ids) for t in trajs)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        b = len(trajs)
+        ids = torch.full((b, plen + width), pad, dtype=torch.long)
+        attn = torch.zeros((b, plen + width), dtype=torch.long)
+        for i, t in enumerate(trajs):
+            p = len(t.prompt_ids)
+            n = min(len(t.response_ids), width)
+            ids[i, plen - p : plen] = torch.tensor(t.prompt_ids, dtype=torch.long)
+            ids[i, plen : plen + n] = torch.tensor(t.response_ids[:n], dtype=torch.long)
+            attn[i, plen - p : plen + n] = 1
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        dev = self.accelerator.device
+        out = model(
+            input_ids=ids.to(dev),
+            attention_mask=attn.to(dev),
+            position_ids=positions.to(dev),
+            logits_to_keep=width + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1]
+        targets = batch.response_ids[micro.rows, :width].to(dev)
+        return token_logprobs(
+            logits,
+            targets,
+            temperature=self.config.temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+
+    def micro_batches(self, rows: list[int], batch: RolloutBatch, count: int) -> list[MicroBatch]:
+        """Split `rows` into exactly `count` micro-batches (ranks must agree on the count)."""
+        parts = [p.tolist() for p in np.array_split(np.array(rows, dtype=np.int64), count)]
+        out = []
+        for part in parts:
+            if part:
+                lengths = [len(batch.trajectories[r].response_ids) for r in part]
+                out.append(MicroBatch(rows=part, width=max(1, max(lengths))))
+            else:  # fewer rows than micro-batches: a zero-weight pass keeps collectives aligned
+                out.append(MicroBatch(rows=[rows[0] if rows else 0], width=1, dummy=True))
+        return out
+
+    @torch.no_grad()
+    def _no_grad_pass(self, model: Any, batch: RolloutBatch, with_entropy: bool) -> tuple[torch.Tensor, Any]:
+        width = batch.response_ids.shape[1]
+        lps = torch.zeros(len(batch), width)
+        ents = torch.zeros(len(batch), width) if with_entropy else None
+        rows = list(range(len(batch)))
+        size = self.config.micro_batch_size
+        for start in range(0, len(rows), size):
+            part = rows[start : start + size]
+            w = max(1, max(len(batch.trajectories[r].response_ids) for r in part))
+            lp, ent = self.forward(model, batch, MicroBatch(part, w), with_entropy=with_entropy)
+            lps[part, :w] = lp.float().cpu()
+            if ents is not None:
+                ents[part, :w] = ent.float().cpu()
+        return lps, ents
+
+    # ---- the step -------------------------------------------------------------------------------
+
+    def reduce_sum(self, value: torch.Tensor | float) -> torch.Tensor:
+        """Sum a scalar over ranks (every rank must call it)."""
+        t = torch.as_tensor(value, dtype=torch.float64, device=self.accelerator.device)
+        if self.world > 1:
+            t = self.accelerator.reduce(t, reduction="sum")
+        return t.cpu()
+
+    def _minibatch_rows(self, batch: RolloutBatch) -> list[list[int]]:
+        """Row indices of each mini-batch: consecutive groups, in draw order."""
+        order: list[int] = []
+        for g in batch.group_ids.tolist():
+            if g not in order:
+                order.append(g)
+        k = self.config.num_minibatches
+        per = math.ceil(len(order) / k) if order else 0
+        out = []
+        for m in range(k):
+            groups = set(order[m * per : (m + 1) * per])
+            out.append([i for i, g in enumerate(batch.group_ids.tolist()) if g in groups])
+        return out
+
+    def train_step(self) -> dict[str, float]:
+        """One RL step; returns its metrics (identical on every rank)."""
+        cfg = self.config
+        acc = self.accelerator
+        t0 = time.perf_counter()
+        model = self.model
+        model.eval()
+        trajs, metrics = self.collect(self.step)
+        t_rollout = time.perf_counter() - t0
+        rewards = self.shape_rewards(trajs)
+        batch = RolloutBatch.from_trajectories(trajs, rewards)
+        batch.advantages, batch.loss_mask = self.compute_advantages(batch)
+        metrics.update(self.rollout_metrics(batch))
+
+        one_pass = cfg.num_minibatches == 1 and cfg.ppo_epochs == 1
+        if not one_pass:  # π_old must be frozen before the first update
+            batch.old_logprobs, batch.old_entropy = self._no_grad_pass(model, batch, with_entropy=False)
+        if self.ref_model is not None:
+            batch.ref_logprobs, _ = self._no_grad_pass(self.ref_model, batch, with_entropy=False)
+
+        model.train()
+        sums: dict[str, float] = {}
+        n_updates = 0
+        ga = acc.gradient_accumulation_steps
+        for _ in range(cfg.ppo_epochs):
+            for rows in self._minibatch_rows(batch):
+                self.prepare_minibatch(batch, rows)
+                mask = batch.loss_mask[rows]
+                n_tok = self.reduce_sum(mask.sum())
+                n_seq = self.reduce_sum((mask.sum(-1) > 0).sum())
+                part = self._train_minibatch(batch, rows, n_tok, n_seq, ga)
+                for k, v in part.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                n_updates += 1
+        metrics.update({k: v / max(1, n_updates) for k, v in sums.items()})
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        self.step += 1
+        self.sync_engine()
+        metrics["time_rollout_s"] = t_rollout
+        metrics["time_step_s"] = time.perf_counter() - t0
+        if cfg.save_trajectories and acc.is_main_process:
+            from algorithms.rollout.trajectory import write_jsonl
+
+            write_jsonl(trajs, self.run_dir / "trajectories" / f"step_{self.step:06d}.jsonl")
+        return metrics
+
+    def _train_minibatch(
+        self, batch: RolloutBatch, rows: list[int], n_tok: torch.Tensor, n_seq: torch.Tensor, ga: int
+    ) -> dict[str, float]:
+        cfg = self.config
+        acc = self.accelerator
+        model = self.model
+        dev = acc.device
+        kw = self.loss_kwargs()
+        want_entropy = self.needs_entropy()
+        entropy_grad = cfg.entropy_coeff != 0
+        denoms = {"num_tokens": n_tok.to(dev), "num_seqs": n_seq.to(dev), "max_len": kw["max_len"]}
+        local: dict[str, torch.Tensor] = {}
+
+        def add(key: str, value: torch.Tensor) -> None:
+            local[key] = local.get(key, 0.0) + value.detach().double().cpu()
+
+        grad_norm = None
+        for micro in self.micro_batches(rows, batch, ga):
+            with acc.accumulate(model):
+                lp, ent = self.forward(
+                    model, batch, micro, with_entropy=want_entropy, entropy_grad=entropy_grad
+                )
+                w = micro.width
+                mask = batch.loss_mask[micro.rows, :w].to(dev)
+                if micro.dummy:
+                    mask = torch.zeros_like(mask)
+                old = (
+                    lp.detach() if batch.old_logprobs is None else batch.old_logprobs[micro.rows, :w].to(dev)
+                )
+                adv = batch.advantages
+                adv = adv[micro.rows] if adv.dim() == 1 else adv[micro.rows, :w]
+                extras = {"logprobs": lp.detach(), **({"entropy": ent.detach()} if ent is not None else {})}
+                adv = self.adjust_advantages(batch, micro, adv.to(dev), extras)
+                is_w = None
+                behaviour = batch.rollout_logprobs[micro.rows, :w].to(dev)
+                log_w = (old - behaviour).clamp(-20, 20) * mask
+                if cfg.rollout_is == "tis":
+                    is_w = log_w.exp().clamp(max=cfg.rollout_is_threshold)
+                loss, m = policy_loss(lp, old, adv, mask, is_weights=is_w, **{**kw, **denoms})
+                for k, v in m.items():
+                    add(k, v)
+                if self.ref_model is not None:
+                    kl = kl_penalty(lp, batch.ref_logprobs[micro.rows, :w].to(dev), cfg.kl_estimator)
+                    kl_loss = aggregate(kl, mask, cfg.loss_agg_mode, **denoms)
+                    loss = loss + cfg.kl_coef * kl_loss
+                    add("kl", kl_loss)
+                if ent is not None:
+                    if cfg.entropy_coeff != 0:
+                        loss = loss - cfg.entropy_coeff * aggregate(ent, mask, cfg.loss_agg_mode, **denoms)
+                    add(
+                        "entropy",
+                        aggregate(ent.detach(), mask, "token-mean", num_tokens=denoms["num_tokens"]),
+                    )
+                # mismatch between trainer and rollout engine (only meaningful where π_old was computed)
+                add(
+                    "rollout_mismatch_kl",
+                    aggregate(-log_w, mask, "token-mean", num_tokens=denoms["num_tokens"]),
+                )
+                # global denominators make micro-batch losses sum to the mini-batch loss; × W undoes
+                # DDP's average over ranks and × GA undoes accelerate's division by GA (§2.4)
+                acc.backward(loss * self.world * ga)
+                if acc.sync_gradients:
+                    if cfg.max_grad_norm is not None:
+                        grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+        keys = sorted(local)
+        if keys:
+            summed = self.reduce_sum(torch.stack([torch.as_tensor(local[k]) for k in keys]))
+            out = {k: float(v) for k, v in zip(keys, summed, strict=True)}
+        else:
+            out = {}
+        if grad_norm is not None:
+            out["grad_norm"] = float(grad_norm)
+        return out
+
+    def sync_engine(self) -> None:
+        """Push the updated weights into the rollout engine (and reset its prefix cache)."""
+        if self.config.engine == "hf":
+            return  # it decodes with the learner's module itself
+        self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
+
+    def rollout_metrics(self, batch: RolloutBatch) -> dict[str, float]:
+        """Reward, accuracy, tool and length statistics over every rank's trajectories."""
+        trajs = batch.trajectories
+        gen = [float(sum(t.loss_mask)) for t in trajs]
+        rows = {
+            "reward": batch.rewards.tolist(),
+            "env_reward": [float(t.reward) for t in trajs],
+            "correct": [float(t.components.get("correct", 0.0) or 0.0) for t in trajs],
+            "format_ok": [float(bool(t.components.get("format_ok", False))) for t in trajs],
+            "tool_calls": [float(t.tool_calls) for t in trajs],
+            "response_length": gen,
+            "total_length": [float(len(t.response_ids)) for t in trajs],
+            "truncated": [float(t.truncated) for t in trajs],
+            "advantage": (
+                batch.advantages if batch.advantages.dim() == 1 else batch.advantages[:, 0]
+            ).tolist(),
+        }
+        gathered = self._gather_lists(rows)
+        out: dict[str, float] = {"num_trajectories": float(len(gathered["reward"]))}
+        for key, values in gathered.items():
+            v = np.asarray(values, dtype=np.float64)
+            if v.size == 0:
+                continue
+            out[f"{key}_mean"] = float(v.mean())
+            if key in ("reward", "advantage", "response_length", "total_length"):
+                out[f"{key}_std"] = float(v.std())
+            if key in ("response_length", "total_length"):
+                out[f"{key}_max"] = float(v.max())
+        out["accuracy"] = out.pop("correct_mean", 0.0)
+        out["truncation_rate"] = out.pop("truncated_mean", 0.0)
+        return out
+
+    def _gather_lists(self, rows: dict[str, list[float]]) -> dict[str, list[float]]:
+        if self.world == 1:
+            return rows
+        from accelerate.utils import gather_object
+
+        parts = gather_object([rows])
+        return {k: [x for p in parts for x in p[k]] for k in rows}
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def learner_state(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict(), "algo": self.name}
+
+    def load_learner_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.sampler.load_state_dict(state["sampler"])
+
+    def save(self) -> Path:
+        return save_checkpoint(
+            self.accelerator,
+            self.run_dir,
+            self.step,
+            self.learner_state(),
+            keep_last=self.config.keep_checkpoints,
+        )
+
+    def train(self, resume: str | os.PathLike | bool | None = None) -> list[dict[str, float]]:
+        """Run until `total_steps`; returns the logged metrics of the steps run here."""
+        cfg = self.config
+        acc = self.accelerator
+        start = resolve_resume(resume, self.run_dir)
+        if start is not None:
+            self.load_learner_state(load_checkpoint(acc, start))
+            self.sync_engine()
+        self.logger = RunLogger(
+            self.run_dir,
+            config={"algo": self.name, **config_dict(cfg), "world_size": self.world},
+            total_steps=cfg.total_steps,
+            enabled=acc.is_main_process,
+            tensorboard=cfg.tensorboard,
+            wandb=cfg.wandb,
+            wandb_project=cfg.wandb_project,
+            progress=cfg.progress,
+            resume_step=self.step if start is not None else None,
+        )
+        if acc.is_main_process:
+            resolved = ", ".join(f"{k}={v!r}" for k, v in config_dict(cfg).items())
+            print(f"[{self.name}] resolved config: {resolved}", flush=True)
+            if start is not None:
+                print(f"[{self.name}] resumed from {start} at step {self.step}", flush=True)
+        history = []
+        try:
+            while self.step < cfg.total_steps:
+                metrics = self.train_step()
+                self.logger.log(self.step, metrics)
+                history.append({"step": self.step, **metrics})
+                if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.total_steps:
+                    self.save()
+                if self.step == 1 and metrics.get("tool_calls_mean", 1.0) == 0.0 and acc.is_main_process:
+                    warnings.warn(
+                        "no tool calls in the first step's rollouts: check the env's tools and stop strings (D23)",
+                        stacklevel=2,
+                    )
+            if cfg.total_steps > 0:
+                self.save()
+            if cfg.export_model:
+                self.export(self.run_dir / "final_model")
+        finally:
+            self.logger.close(plot=acc.is_main_process)
+        return history
+
+    def export(self, out_dir: str | os.PathLike) -> Path:
+        """`save_pretrained` the policy and tokenizer (loadable by transformers and vLLM)."""
+        acc = self.accelerator
+        out = Path(out_dir)
+        state = acc.get_state_dict(self.model)
+        if acc.is_main_process:
+            acc.unwrap_model(self.model).save_pretrained(out, state_dict=state, safe_serialization=True)
+            self.tokenizer.save_pretrained(out)
+        acc.wait_for_everyone()
+        return out
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run a rollout coroutine from synchronous learner code, on the process-wide env loop (tools
+    keep loop-bound resources, such as sandbox workers, across steps)."""
+    from agent_envs.core.env import background_loop
+
+    return asyncio.run_coroutine_threadsafe(coro, background_loop()).result()
+
+
+__all__ = [
+    "Learner",
+    "LearnerConfig",
+    "MicroBatch",
+    "PromptDraw",
+    "PromptSampler",
+    "RolloutBatch",
+    "draw_seed",
+]

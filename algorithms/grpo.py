@@ -1,0 +1,32 @@
+"""GRPO (DeepSeekMath): group-normalised outcome advantages, PPO clip, no critic.
+
+    >>> from algorithms.grpo import GRPOConfig, GRPOLearner
+    >>> GRPOLearner(GRPOConfig(model="tiny", total_steps=2, output_dir="runs/grpo")).train()  # doctest: +SKIP
+
+GRPO *is* the shared core (`algorithms/core/learner.py`): flat group sampling, A_i = (R_i − μ_g)
+/ (σ_g + 1e-6) with the unbiased std, PPO clip 0.2/0.2 with dual clip c = 3, token-mean over
+model tokens, no KL (no reference model) and AdamW lr 1e-6, constant (spec §3.3). The paper's
+sequence-level mean is `loss_agg_mode=seq-mean-token-mean` (preset configs/grpo_paper.yaml);
+Dr. GRPO is `scale_rewards=none loss_agg_mode=seq-mean-token-sum-norm`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from algorithms.core.learner import Learner, LearnerConfig
+
+
+@dataclass
+class GRPOConfig(LearnerConfig):
+    """GRPO's defaults are the core's (spec §3.3)."""
+
+    output_dir: str = "runs/grpo"
+
+
+class GRPOLearner(Learner):
+    name = "grpo"
+    config_class = GRPOConfig
+
+
+__all__ = ["GRPOConfig", "GRPOLearner"]
