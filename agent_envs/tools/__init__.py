@@ -4,7 +4,15 @@ from agent_envs.tools.base import Tool, ToolResult
 from agent_envs.tools.browse import BrowseTool
 from agent_envs.tools.cache import ToolCache
 from agent_envs.tools.python import PythonTool
-from agent_envs.tools.search import BM25Backend, Hit, HttpBackend, SearchBackend, SearchTool, WebBackend
+from agent_envs.tools.search import (
+    BM25Backend,
+    Hit,
+    HttpBackend,
+    ReferenceCacheBackend,
+    SearchBackend,
+    SearchTool,
+    WebBackend,
+)
 
 __all__ = [
     "BM25Backend",
@@ -12,6 +20,7 @@ __all__ = [
     "Hit",
     "HttpBackend",
     "PythonTool",
+    "ReferenceCacheBackend",
     "SearchBackend",
     "SearchTool",
     "Tool",

@@ -624,6 +624,69 @@ def _strip_tags(text: str) -> str:
     return " ".join(re.sub(r"</?(strong|b|em)>", "", text).split())
 
 
+class ReferenceCacheBackend(SearchBackend):
+    """Offline web search from the ARPO reference's cache file (JSON: query -> formatted text).
+
+    The reference ships `search_cache.json`, 1000 training queries mapped to Bing snippets as
+    ``Page 1: snippet\nPage 2: ...``. This backend parses those back into hits, so
+    `SearchTool(ReferenceCacheBackend(path), topk=10, style="page")` reproduces the reference's
+    observation for a cached query without network or key. Queries match after normalisation.
+    A query that is not in the file is a search error (`missing="error"`, the spec's
+    `cache_only` mode) or no results (`missing="empty"`).
+    """
+
+    _PAGE_RE = re.compile(r"(?:^|\n)Page (\d+): ")
+
+    def __init__(self, path: str | os.PathLike, missing: Literal["error", "empty"] = "error") -> None:
+        if missing not in ("error", "empty"):
+            raise ValueError(f"ReferenceCacheBackend missing must be 'error' or 'empty', got {missing!r}")
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"reference search cache {self.path} not found")
+        raw = self.path.read_bytes()
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{self.path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.path}: expected a JSON object mapping query -> result text")
+        self.missing = missing
+        self.entries: dict[str, list[Hit]] = {}
+        for query, text in data.items():
+            if not isinstance(text, str):
+                raise ValueError(
+                    f"{self.path}: the value of query {query!r} is {type(text).__name__}, not text"
+                )
+            self.entries[normalize_query(query)] = self.parse_pages(text)
+        self.backend_id = f"refcache:{hashlib.sha256(raw).hexdigest()[:16]}"
+
+    @classmethod
+    def parse_pages(cls, text: str) -> list[Hit]:
+        """``Page 1: a\nPage 2: b`` -> hits (anything else, e.g. "No search results found.", -> [])."""
+        parts = cls._PAGE_RE.split(text)
+        # split gives [before, n1, body1, n2, body2, ...]; a result text starts with "Page 1: "
+        if len(parts) < 3 or parts[0].strip():
+            return []
+        return [
+            Hit(id=f"page-{n}", title="", text=body, score=float(len(parts) - i))
+            for i, (n, body) in enumerate(zip(parts[1::2], parts[2::2], strict=True))
+        ]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    async def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
+        out = []
+        for q in queries:
+            hits = self.entries.get(normalize_query(q))
+            if hits is None and self.missing == "error":
+                raise SearchBackendError(
+                    f"query not in the offline search cache {self.path.name}", kind="cache_miss"
+                )
+            out.append((hits or [])[:topk])
+        return out
+
+
 # -- the tool --------------------------------------------------------------------------------------
 
 

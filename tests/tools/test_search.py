@@ -358,3 +358,31 @@ async def test_web_backend_rate_limit_spaces_requests(monkeypatch: pytest.Monkey
     start = loop.time()
     await asyncio.gather(*(backend._throttle() for _ in range(6)))
     assert loop.time() - start >= 5 * 0.02 * 0.9
+
+
+def test_reference_cache_backend_reproduces_arpo_observations(shared_data: Path) -> None:
+    from agent_envs.tools import ReferenceCacheBackend
+
+    path = shared_data / "arpo_rl" / "search_cache.json"
+    reference = json.loads(path.read_text(encoding="utf-8"))
+    tool = SearchTool(ReferenceCacheBackend(path), topk=10, style="page")
+    same = sum(tool.run(q).text == text for q, text in reference.items())
+    assert same == len(reference) == 1000  # every cached query gives the reference's exact text
+    query = next(iter(reference))
+    assert tool.run(f'  "{query}" ').text == reference[query]  # matched after normalisation
+    miss = tool.run("a query nobody cached")
+    assert not miss.ok and miss.error == "cache_miss" and "not in the offline search cache" in miss.text
+    lenient = SearchTool(ReferenceCacheBackend(path, missing="empty"))
+    assert lenient.run("a query nobody cached").error == "no_results"
+
+
+def test_reference_cache_backend_rejects_bad_files(tmp_path: Path) -> None:
+    from agent_envs.tools import ReferenceCacheBackend
+
+    bad = tmp_path / "cache.json"
+    bad.write_text('{"q": 3}')
+    with pytest.raises(ValueError, match="cache.json: the value of query 'q' is int"):
+        ReferenceCacheBackend(bad)
+    bad.write_text("[1]")
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        ReferenceCacheBackend(bad)
