@@ -137,7 +137,7 @@ class RetrieverServer:
             hits = await future
         except Exception as exc:  # the backend failed for the whole batch
             self.stats["errors"] += 1
-            log.exception("retrieval failed")
+            log.exception("retrieval failed (request %s)", request.headers.get("X-Request-Id", "-"))
             return web.json_response({"error": f"retrieval failed: {type(exc).__name__}: {exc}"}, status=500)
         return web.json_response({"result": [[_entry(h, return_scores) for h in row] for row in hits]})
 

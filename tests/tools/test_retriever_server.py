@@ -278,3 +278,24 @@ def test_cli_reports_a_missing_corpus(tmp_path: Path) -> None:
     ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "nope.jsonl not found" in done.stderr
+
+
+async def test_a_failing_backend_gives_500_and_the_client_reports_it() -> None:
+    class Broken(BM25Backend):
+        async def search(self, queries, topk=3):  # type: ignore[no-untyped-def]
+            raise RuntimeError("index file vanished")
+
+    server = RetrieverServer(Broken(DOCS))
+    base = await server.start(port=0)
+    tool = SearchTool(HttpBackend(f"{base}/retrieve", max_retries=1, backoff_s=0.01))
+    try:
+        status, answer = await _post(f"{base}/retrieve", {"query": "Alpha"})
+        assert status == 500 and "RuntimeError: index file vanished" in answer["error"]
+        res = await tool("Alpha")
+        assert (
+            not res.ok and res.retries == 1 and "HTTP 500" in res.text and "index file vanished" in res.text
+        )
+        assert server.stats["errors"] == 3
+    finally:
+        await tool.aclose()
+        await server.stop()
