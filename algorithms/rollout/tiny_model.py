@@ -56,6 +56,9 @@ PROTOCOL_TAGS = (
 )
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD, IM_START, IM_END)
+# The short system prompt of the warm-up episodes (short keeps warm-up cheap on a CPU). Envs that
+# should get protocol-following behaviour from a warmed tiny model pass it as `system_prompt`.
+WARMUP_SYSTEM_PROMPT = "Use <python> to compute, then answer in <answer> \\boxed{} </answer>."
 QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 # Qwen2.5-style ChatML: tool schemas in the system turn, tool results as a user turn of
@@ -101,9 +104,9 @@ class TinyModelConfig:
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
     corpus_episodes: int = 3000  # procedural episodes the tokenizer is trained on
-    warmup_steps: int = 0  # SFT steps on the episode text (0: random init)
-    warmup_batch_size: int = 32
-    warmup_lr: float = 1e-3
+    warmup_steps: int = 0  # SFT steps on math episodes (0: random init)
+    warmup_batch_size: int = 16
+    warmup_lr: float = 2e-3
     extra_text: tuple[str, ...] = field(default=())  # more tokenizer training text (e.g. world traces)
 
     def validate(self) -> None:
@@ -156,10 +159,12 @@ _STUB_TOOLS = {
 }
 
 
-def episode(rng: random.Random) -> tuple[list[dict], str]:
+def episode(
+    rng: random.Random, system_prompt: str | None = None, math_only: bool = False
+) -> tuple[list[dict], str]:
     """One procedural episode in the ARPO tag protocol: chat messages and the assistant response."""
     protocol = ArpoTags()
-    if rng.random() < 0.6:
+    if math_only or rng.random() < 0.6:
         a, b = rng.randint(2, 99999), rng.randint(2, 999)
         op = rng.choice(["*", "+", "-", "%"])
         value = eval(f"{a} {op} {b}")  # noqa: S307 - integers and one operator we just generated
@@ -180,7 +185,7 @@ def episode(rng: random.Random) -> tuple[list[dict], str]:
             + protocol.format_observation(passage)
             + f" <think> The passage says {answer}. </think> <answer> The final answer is \\boxed{{{answer}}}. </answer>"
         )
-    messages = protocol.messages(question, tools)
+    messages = protocol.messages(question, tools, system_prompt)
     return messages, response
 
 
@@ -242,7 +247,7 @@ def _warmup(model, tokenizer, cfg: TinyModelConfig) -> None:
     protocol = ArpoTags()
     examples = []
     for _ in range(max(2000, cfg.warmup_batch_size * 8)):
-        messages, response = episode(rng)
+        messages, response = episode(rng, WARMUP_SYSTEM_PROMPT, math_only=True)
         p = tokenizer(protocol.render_prompt(messages), add_special_tokens=False)["input_ids"]
         r = tokenizer(response + IM_END, add_special_tokens=False)["input_ids"]
         examples.append((p, r))

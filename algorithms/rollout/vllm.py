@@ -39,7 +39,7 @@ class VLLMEngine:
         gpu_memory_utilization: fraction of GPU memory for weights + KV cache (GPU only).
         seed: engine seed for requests without their own.
         enable_sleep_mode: allow `sleep()`/`wake_up()` to free GPU memory during learner steps.
-        kv_cache_gb: CPU backend only: KV cache size in GiB (`VLLM_CPU_KVCACHE_SPACE`).
+        kv_cache_gb: CPU backend only: KV cache size in whole GiB (`VLLM_CPU_KVCACHE_SPACE`).
         llm_kwargs: passed to `vllm.LLM` (e.g. `enforce_eager=True` for a fast start, `tensor_parallel_size`).
     """
 
@@ -54,11 +54,11 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         seed: int = 0,
         enable_sleep_mode: bool = False,
-        kv_cache_gb: float = 1.0,
+        kv_cache_gb: int = 1,
         **llm_kwargs: Any,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gb:g}")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gb)))
         import vllm
 
         self._vllm = vllm

@@ -1,0 +1,381 @@
+"""The multi-turn runner: many episodes of tool-using envs driven by one rollout engine.
+
+Per episode: generate until a stop string (a tool's closing tag) or EOS → `await env.astep(text)`
+→ encode only the observation (`add_special_tokens=False`) and append it with loss mask 0 →
+generate again from the stored ids, until the env ends the episode or the response token budget
+is spent. Generated ids are kept exactly as the engine produced them (token-in / token-out);
+decoded text is only what the env parses.
+
+Episodes do not wait for each other: a generation loop batches every path that is ready to
+generate into one engine call (run in a worker thread), while the env steps (tool calls) of the
+other paths run as asyncio tasks; so tool latency hides behind generation.
+
+    >>> import asyncio
+    >>> from algorithms.rollout import HFEngine, SamplingParams, run_episodes
+    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> engine = HFEngine(build_tiny_model(warmup_steps=150))                       # doctest: +SKIP
+    >>> make_env = lambda: ToolEnv(tasks, [PythonTool()], tokenizer=engine.tokenizer)  # doctest: +SKIP
+    >>> trajs = asyncio.run(run_episodes(engine, make_env, SamplingParams(top_k=-1),  # doctest: +SKIP
+    ...                                  n_prompts=4, group_size=8, max_response_tokens=256))
+
+Building blocks for other strategies (the ARPO/AEPO tree rollout forks paths between
+iterations): `Path` (one episode in flight), `start_group`, `generate_segments` (one segment for
+a batch of paths), `apply_segment` / `step_paths` (hand segments to the envs and append results).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
+from algorithms.rollout.trajectory import Trajectory
+
+Status = Literal["active", "finished", "truncated"]
+
+
+@dataclass
+class Path:
+    """One episode in flight: its env, its tokens so far and where it came from."""
+
+    env: Any  # a ToolEnv (anything with astep / fork / get_state / set_state / stop_sequences)
+    prompt_ids: list[int]
+    group_id: int = 0
+    task_id: str = ""
+    traj_id: int = 0
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropy: list[float] | None = field(default_factory=list)
+    segment_starts: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # decoded pieces, for response_text
+    turns: int = 0
+    status: Status = "active"
+    reward: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    terminated: bool = False
+    truncated: bool = False
+    finish_reason: str = ""
+    end_reason: str = ""
+    last_segment: Segment | None = None
+    # the env state and response length right after the last appended tool result: where a
+    # tree rollout may branch from
+    boundary_state: Any = None
+    boundary_offset: int = 0
+    parent_id: int | None = None
+    branch_offset: int | None = None
+    lineage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.status == "active"
+
+    def remaining(self, max_response_tokens: int) -> int:
+        return max_response_tokens - len(self.response_ids)
+
+    def append_generated(self, seg: Segment) -> None:
+        self.segment_starts.append(len(self.response_ids))
+        self.response_ids += seg.token_ids
+        self.loss_mask += [1] * len(seg.token_ids)
+        self.logprobs += seg.logprobs
+        if self.entropy is not None:
+            self.entropy = self.entropy + seg.entropy if seg.entropy is not None else None
+        self.texts.append(seg.text)
+        self.last_segment = seg
+        self.finish_reason = seg.finish_reason
+
+    def append_observation(self, ids: list[int], text: str) -> None:
+        self.response_ids += ids
+        self.loss_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+        if self.entropy is not None:
+            self.entropy += [0.0] * len(ids)
+        self.texts.append(text)
+
+    def fork(self, traj_id: int, at_boundary: bool = False) -> Path:
+        """An independent copy that continues from here (or from the last tool-result boundary).
+
+        The env is forked too; with `at_boundary=True` the copy is cut back to right after the last
+        tool result and its env is set to the state saved there.
+        """
+        cut = self.boundary_offset if at_boundary else len(self.response_ids)
+        env = self.env.fork()
+        if at_boundary and self.boundary_state is not None:
+            env.set_state(self.boundary_state)
+        n_segments = sum(1 for s in self.segment_starts if s < cut)
+        twin = Path(
+            env=env,
+            prompt_ids=self.prompt_ids,
+            group_id=self.group_id,
+            task_id=self.task_id,
+            traj_id=traj_id,
+            response_ids=self.response_ids[:cut],
+            loss_mask=self.loss_mask[:cut],
+            logprobs=self.logprobs[:cut],
+            entropy=None if self.entropy is None else self.entropy[:cut],
+            segment_starts=self.segment_starts[:n_segments],
+            texts=list(self.texts[: 2 * n_segments]) if at_boundary else list(self.texts),
+            turns=n_segments,
+            boundary_state=self.boundary_state,
+            boundary_offset=self.boundary_offset,
+            parent_id=self.traj_id,
+            branch_offset=cut,
+            lineage={
+                **self.lineage,
+                "root_id": self.lineage.get("root_id", self.traj_id),
+                "depth": self.lineage.get("depth", 0) + 1,
+            },
+        )
+        return twin
+
+    def end(self, reward: float, info: dict[str, Any], terminated: bool, truncated: bool, why: str) -> None:
+        self.status = "truncated" if truncated else "finished"
+        self.reward, self.info = float(reward), dict(info)
+        self.terminated, self.truncated = terminated, truncated
+        self.end_reason = why
+
+    def to_trajectory(self) -> Trajectory:
+        return Trajectory(
+            prompt_ids=list(self.prompt_ids),
+            response_ids=list(self.response_ids),
+            loss_mask=list(self.loss_mask),
+            logprobs=list(self.logprobs),
+            entropy=None if self.entropy is None else list(self.entropy),
+            reward=self.reward,
+            components=self.info,
+            group_id=self.group_id,
+            task_id=self.task_id,
+            tool_calls=int(self.info.get("tool_calls", 0)),
+            terminated=self.terminated,
+            truncated=self.truncated,
+            finish_reason=self.finish_reason,
+            end_reason=self.end_reason,
+            segment_starts=list(self.segment_starts),
+            response_text="".join(self.texts),
+            traj_id=self.traj_id,
+            parent_id=self.parent_id,
+            branch_offset=self.branch_offset,
+            lineage=dict(self.lineage),
+        )
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of env-inserted text, encoded on its own (TITO rule 3)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def start_group(
+    env: Any,
+    tokenizer: Any,
+    group_id: int,
+    group_size: int,
+    first_traj_id: int,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[Path]:
+    """Reset `env` once and return `group_size` paths on the same prompt (the others are forks)."""
+    prompt, info = env.reset(seed=seed, options=options)
+    prompt_ids = info.get("prompt_token_ids") or encode(tokenizer, prompt)
+    envs = [env] + [env.fork() for _ in range(group_size - 1)]
+    task_id = str(info.get("task_id", ""))
+    state = env.get_state()
+    return [
+        Path(
+            env=e,
+            prompt_ids=list(prompt_ids),
+            group_id=group_id,
+            task_id=task_id,
+            traj_id=first_traj_id + k,
+            boundary_state=state,
+            lineage={"root_id": first_traj_id + k, "depth": 0},
+        )
+        for k, e in enumerate(envs)
+    ]
+
+
+def segment_params(path: Path, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
+    """This path's request: its remaining budget as max_tokens, the env's stop strings added."""
+    stops = list(dict.fromkeys([*params.stop, *path.env.stop_sequences]))
+    seed = None if params.seed is None else params.seed + 1_000_003 * path.traj_id + path.turns
+    return params.with_(
+        max_tokens=min(params.max_tokens, path.remaining(max_response_tokens)), stop=stops, n=1, seed=seed
+    )
+
+
+async def generate_segments(
+    engine: RolloutEngine, paths: Sequence[Path], params: SamplingParams, max_response_tokens: int
+) -> list[Segment]:
+    """Generate one segment for every path in one batched engine call and append it (mask 1)."""
+    if not paths:
+        return []
+    reqs = [segment_params(p, params, max_response_tokens) for p in paths]
+    segs = await engine.agenerate([p.prompt_ids + p.response_ids for p in paths], reqs)
+    for path, seg in zip(paths, segs, strict=True):
+        path.append_generated(seg)
+        path.turns += 1
+    return segs
+
+
+async def apply_segment(path: Path, seg: Segment, tokenizer: Any, max_response_tokens: int) -> Path:
+    """Hand the path's newest segment to its env; append the observation or end the path."""
+    obs, reward, terminated, truncated, info = await path.env.astep(seg.text)
+    budget_spent = path.remaining(max_response_tokens) <= 0
+    if terminated or truncated:
+        why = info.get("end_reason", "")
+        if seg.finish_reason == "length" and budget_spent and info.get("stop_reason") != "answer":
+            # cut off by the token budget, not a chosen end: report it as truncation (DAPO's
+            # overlong filter and shaping read this)
+            terminated, truncated, why = False, True, "length"
+        path.end(reward, info, terminated, truncated, why)
+        return path
+    obs_ids = encode(tokenizer, obs)
+    if budget_spent or len(obs_ids) >= path.remaining(max_response_tokens):
+        # the result would not fit with room left to react to it: the runner never exceeds its
+        # budget, so the episode ends here, unanswered
+        info = {**info, "end_reason": "response_budget", "truncated": True}
+        path.end(0.0, info, terminated=False, truncated=True, why="response_budget")
+        return path
+    path.append_observation(obs_ids, obs)
+    path.boundary_state = path.env.get_state()
+    path.boundary_offset = len(path.response_ids)
+    path.info = info
+    return path
+
+
+async def step_paths(
+    paths: Sequence[Path], segs: Sequence[Segment], tokenizer: Any, max_response_tokens: int
+) -> list[Path]:
+    """`apply_segment` for many paths at once (their tool calls run concurrently)."""
+    return list(
+        await asyncio.gather(
+            *(apply_segment(p, s, tokenizer, max_response_tokens) for p, s in zip(paths, segs, strict=True))
+        )
+    )
+
+
+async def run_paths(
+    engine: RolloutEngine,
+    paths: Sequence[Path],
+    params: SamplingParams,
+    max_response_tokens: int,
+    *,
+    batch_wait_s: float = 0.002,
+    on_finish: Callable[[Path], None] | None = None,
+) -> list[Path]:
+    """Drive paths to their end, overlapping generation of some with env steps of others."""
+    tokenizer = engine.tokenizer
+    ready = [p for p in paths if p.active]
+    pending: set[asyncio.Task] = set()
+    while ready or pending:
+        if ready:
+            batch, ready = ready, []
+            segs = await generate_segments(engine, batch, params, max_response_tokens)
+            for path, seg in zip(batch, segs, strict=True):
+                pending.add(asyncio.create_task(apply_segment(path, seg, tokenizer, max_response_tokens)))
+        if not pending:
+            continue
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if pending and batch_wait_s > 0:
+            # results that land together (same tool latency) should share one engine call
+            more, pending = await asyncio.wait(pending, timeout=batch_wait_s)
+            done |= more
+        for task in done:
+            path = task.result()
+            if path.active:
+                ready.append(path)
+            elif on_finish is not None:
+                on_finish(path)
+        ready.sort(key=lambda p: p.traj_id)
+    return list(paths)
+
+
+async def run_episodes(
+    engine: RolloutEngine,
+    envs: Sequence[Any] | Callable[[], Any],
+    params: SamplingParams,
+    *,
+    tasks: Sequence[Any] | None = None,
+    n_prompts: int | None = None,
+    group_size: int = 1,
+    max_response_tokens: int | None = None,
+    seed: int | None = 0,
+    progress: bool = False,
+) -> list[Trajectory]:
+    """Run `group_size` episodes per prompt and return their trajectories (prompt-major order).
+
+    Args:
+        envs: a list of envs (one prompt each) or a factory making a fresh env per prompt.
+        tasks: optional per-prompt choice: `Task` objects (reset with `options={"task": t}`) or
+            indices into the env's task source. Without it each env picks by its reset seed.
+        n_prompts: number of prompts when `envs` is a factory and `tasks` is not given.
+        group_size: episodes per prompt (GRPO's G); they share the prompt and the `group_id`.
+        max_response_tokens: the per-episode budget of response tokens (generated + tool
+            results); defaults to `params.max_tokens`.
+        seed: prompt i resets with `seed + i` (None: unseeded).
+    """
+    if group_size < 1:
+        raise ValueError(f"run_episodes: group_size={group_size} must be >= 1")
+    budget = max_response_tokens if max_response_tokens is not None else params.max_tokens
+    if budget <= 0:
+        raise ValueError(f"run_episodes: max_response_tokens={budget} must be > 0")
+    if callable(envs):
+        count = len(tasks) if tasks is not None else n_prompts
+        if count is None:
+            raise ValueError("run_episodes: with an env factory, pass `tasks` or `n_prompts`")
+        env_list = [envs() for _ in range(count)]
+    else:
+        env_list = list(envs)
+        if tasks is not None and len(tasks) != len(env_list):
+            raise ValueError(
+                f"run_episodes: {len(tasks)} tasks for {len(env_list)} envs; give one task per env"
+            )
+    paths: list[Path] = []
+    for i, env in enumerate(env_list):
+        options = None
+        if tasks is not None:
+            t = tasks[i]
+            options = {"index": t} if isinstance(t, int) else {"task": t}
+        paths += start_group(
+            env,
+            engine.tokenizer,
+            i,
+            group_size,
+            len(paths),
+            seed=None if seed is None else seed + i,
+            options=options,
+        )
+
+    finish = None
+    bar = None
+    if progress:
+        from rich.progress import Progress
+
+        bar = Progress(transient=True)
+        bar.start()
+        job = bar.add_task("episodes", total=len(paths))
+
+        def finish(_: Path) -> None:
+            bar.advance(job)
+
+    try:
+        await run_paths(engine, paths, params, budget, on_finish=finish)
+    finally:
+        if bar is not None:
+            bar.stop()
+    return [p.to_trajectory() for p in paths]
+
+
+__all__ = [
+    "Path",
+    "apply_segment",
+    "encode",
+    "generate_segments",
+    "run_episodes",
+    "run_paths",
+    "segment_params",
+    "start_group",
+    "step_paths",
+]

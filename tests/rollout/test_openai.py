@@ -1,0 +1,157 @@
+"""OpenAIEngine against vLLM's real OpenAI-compatible server, started on 127.0.0.1 in the test,
+and through a real aiohttp proxy that fails the first requests (retries)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from algorithms.rollout import OpenAIEngine, SamplingParams
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_path, tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tiny_model_path),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+        "--max-logprobs",
+        "20",
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--seed",
+        "0",
+    ]
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM server did not come up in 240 s:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield f"{url}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _prompts(tok, n=4):
+    return [
+        tok(
+            f"<|im_start|>user\nWhat is {i + 12} * 7?<|im_end|>\n<|im_start|>assistant\n",
+            add_special_tokens=False,
+        )["input_ids"]
+        for i in range(n)
+    ]
+
+
+async def test_openai_engine_matches_hf_greedy_with_token_ids(vllm_server, hf_engine):
+    engine = OpenAIEngine(vllm_server, "tiny", hf_engine.tokenizer, max_concurrency=2)
+    prompts = _prompts(hf_engine.tokenizer)
+    params = SamplingParams(temperature=0, max_tokens=40, logprobs=3, stop=["</python>"])
+    try:
+        segs = await engine.agenerate(prompts, params)
+    finally:
+        await engine.aclose()
+    ref = hf_engine.generate(prompts, params)
+    assert engine.prompt_mode == "auto"  # the id prompts were accepted
+    assert [s.token_ids for s in segs] == [s.token_ids for s in ref]
+    for a, b in zip(segs, ref, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
+        assert [len(t) for t in a.top_logprobs] == [3] * len(a)
+        assert a.finish_reason == b.finish_reason and a.text == b.text and a.stop_str == b.stop_str
+
+
+def test_openai_engine_sync_generate_n_and_seed(vllm_server, hf_engine):
+    engine = OpenAIEngine(vllm_server, "tiny", hf_engine.tokenizer)
+    prompts = _prompts(hf_engine.tokenizer, 2)
+    params = SamplingParams(max_tokens=8, n=3, seed=4)
+    a, b = engine.generate(prompts, params), engine.generate(prompts, params)
+    assert len(a) == 6 and [s.token_ids for s in a] == [s.token_ids for s in b]
+    assert all(len(s.token_ids) == len(s.logprobs) <= 8 for s in a)
+    with pytest.raises(NotImplementedError, match="VLLMEngine"):
+        engine.sync_weights(None)
+
+
+async def test_openai_engine_retries_through_a_flaky_proxy(vllm_server, hf_engine):
+    failures = {"left": 2}
+
+    async def proxy(request: web.Request) -> web.Response:
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            return web.Response(status=503, text="warming up")
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"{vllm_server}/completions", json=await request.json()) as r,
+        ):
+            return web.Response(status=r.status, body=await r.read(), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", proxy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    engine = OpenAIEngine(f"http://127.0.0.1:{port}/v1", "tiny", hf_engine.tokenizer, max_retries=3)
+    try:
+        segs = await engine.agenerate(
+            _prompts(hf_engine.tokenizer, 1), SamplingParams(temperature=0, max_tokens=5)
+        )
+        assert len(segs[0]) == 5 and engine.retries == 2
+        with pytest.raises(RuntimeError, match="HTTP 404"):
+            bad = OpenAIEngine(
+                f"http://127.0.0.1:{port}/nowhere", "tiny", hf_engine.tokenizer, prompt_mode="ids"
+            )
+            try:
+                await bad.agenerate([[1, 2]], SamplingParams(max_tokens=2))
+            finally:
+                await bad.aclose()
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
