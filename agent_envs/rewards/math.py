@@ -114,8 +114,12 @@ def parse_number(s: str) -> Fraction | None:
 
 
 def numbers_equal(a: Fraction, b: Fraction, rel_tol: float = DEFAULT_REL_TOL) -> bool:
+    """Exact for two integers (11111111101 is not 11111111100); otherwise within `rel_tol`, so a
+    decimal written to 6+ significant digits matches its fraction, and 0.33 does not match 1/3."""
     if a == b:
         return True
+    if a.denominator == 1 and b.denominator == 1:
+        return False
     return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=0.0)
 
 
@@ -123,7 +127,10 @@ def numbers_equal(a: Fraction, b: Fraction, rel_tol: float = DEFAULT_REL_TOL) ->
 # multiple choice and lists
 
 _CHOICE_GOLD = re.compile(r"^\(?([A-J])\)?$")
-_CHOICE_PRED = re.compile(r"^(?:option|answer|choice)?:?\(?([A-J])\)?(?:[.:)]|$)", re.IGNORECASE)
+# on the raw prediction (whitespace matters): "(B)", "B", "B) 12", "B. twelve", not "(B)+1" or "Because"
+_CHOICE_PRED = re.compile(
+    r"^(?:(?:option|answer|choice)\s*:?\s*)?(?:\(([A-J])\)|([A-J])[.:)]?)(?:\s|$)", re.IGNORECASE
+)
 _BRACKETS = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -190,7 +197,8 @@ def cheap_equal(pred: str, gold: str, rel_tol: float = DEFAULT_REL_TOL, _depth: 
         return False
     gc = _choice(ng, _CHOICE_GOLD)
     if gc is not None:
-        pc = _choice(np_, _CHOICE_PRED)
+        m = _CHOICE_PRED.match(_WRAPPERS.sub(r"\1", pred).strip())
+        pc = (m.group(1) or m.group(2)).upper() if m else None
         if pc is not None or len(np_) <= 3:
             return pc == gc
     a, b = parse_number(pred), parse_number(gold)

@@ -50,6 +50,7 @@ EQUIVALENT = [
     ("(B)", "B"),
     ("B", "\\text{(B)}"),
     ("B) 12", "B"),
+    ("\\frac{1}{3}", "0.3333333"),  # 7 significant digits: within the default relative 1e-6
     # lists: bare lists and sets in any order; tuples and intervals in order
     ("1, 2", "2,1"),
     ("\\{1,2\\}", "\\{2, 1\\}"),
@@ -76,6 +77,8 @@ NOT_EQUIVALENT = [
     ("[0,1)", "(0,1]"),  # different interval
     ("1, 2, 3", "1, 2"),
     ("(A)", "B"),
+    ("\\text{(C)}+1", "\\text{(C)}"),
+    ("11111111101", "11,\\! 111,\\! 111,\\! 100"),  # integers compare exactly, at any size
     ("\\pi", "3.14159"),
     ("5", "50"),
     ("1001", "1000"),
