@@ -30,6 +30,7 @@ request and the symbolic math stage then do not block the event loop.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,10 +194,20 @@ RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]
 
 def make_reward(spec: str | RewardFn | RewardRecipe, **kwargs: Any) -> RewardFn:
     """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`)
-    or a callable with the signature `(task, response, format_ok, tool_calls) -> RewardResult`."""
+    or a callable with the signature `(task, response, format_ok, tool_calls) -> RewardResult`.
+
+    `judge` is an `LLMJudge` or a dict of its arguments; when absent and AGENT_ENVS_JUDGE_URL is
+    set, the `standard` and `binary` recipes build one from the environment."""
     if isinstance(spec, str):
         if spec == "arpo":
             kwargs = {"format_penalty": -1.0, "multi_tool_bonus": 0.1, **kwargs}
+        judge = kwargs.get("judge")
+        if isinstance(
+            judge, Mapping
+        ):  # JSON-friendly: reward_kwargs={"judge": {"base_url": ..., "model": ...}}
+            kwargs["judge"] = LLMJudge(**judge)
+        elif judge is None and os.environ.get("AGENT_ENVS_JUDGE_URL") and spec in ("standard", "binary"):
+            kwargs["judge"] = LLMJudge()  # configured by AGENT_ENVS_JUDGE_URL / _MODEL / _API_KEY
         return RewardRecipe(spec, **kwargs)
     if callable(spec):
         return spec

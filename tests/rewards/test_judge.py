@@ -114,7 +114,10 @@ async def test_many_verdicts_concurrently() -> None:
     assert [v.correct for v in verdicts] == [bool(i % 2) for i in range(12)]
 
 
-def test_recipe_uses_the_judge_for_judge_tasks_and_says_when_it_falls_back() -> None:
+def test_recipe_uses_the_judge_for_judge_tasks_and_says_when_it_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AGENT_ENVS_JUDGE_URL", raising=False)
     task = Task(id="g1", question=Q, answers=GOLD, reward="judge")
     resp = "<think>x</think><answer>\\boxed{It is Paris, on the Seine}</answer>"
     no_judge = make_reward("standard")(task, resp, True, {})
@@ -142,3 +145,14 @@ def test_recipe_uses_the_judge_for_judge_tasks_and_says_when_it_falls_back() -> 
 
         ar = asyncio.run(via_async())
         assert ar.score == 1.0 and len(srv.requests) == n + 1
+
+
+def test_judge_from_reward_kwargs_or_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = Task(id="g1", question=Q, answers=GOLD, reward="judge")
+    resp = "<think>x</think><answer>\\boxed{Paris, France}</answer>"
+    with FakeJudgeServer(scripted) as srv:
+        r = make_reward("standard", judge={"base_url": srv.url, "model": "m"})(task, resp, True, {})
+        assert r.components["judge_equal"] == 1.0
+        monkeypatch.setenv("AGENT_ENVS_JUDGE_URL", srv.url)
+        assert make_reward("standard").judge is not None and make_reward("arpo").judge is None
+        assert make_reward("binary")(task, resp, True, {}).components["judge_raw"] == "Correct"
