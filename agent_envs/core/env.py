@@ -30,6 +30,7 @@ import gymnasium as gym
 from agent_envs.core.protocol import MESSAGES, PROMPT_VERSION, ParsedAction, Protocol, make_protocol
 from agent_envs.core.spaces import UnicodeText
 from agent_envs.core.task import Task
+from agent_envs.rewards.base import RewardResult
 from agent_envs.rewards.recipe import RewardFn, make_reward
 from agent_envs.tools.base import Tool, ToolResult
 
@@ -218,16 +219,16 @@ class ToolEnv(gym.Env[str, str]):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            st, parsed, info, finished = self._begin(action)
-            if finished is not None:  # answers and budget ends need no event loop: keep them cheap
-                return finished
+            st, parsed, info, end = self._begin(action)
+            if end is not None:  # answers and budget ends need no event loop: keep them cheap
+                return self._finish(st, info, *end)
             return asyncio.run_coroutine_threadsafe(self._act(st, parsed, info), background_loop()).result()
         raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        st, parsed, info, finished = self._begin(action)
-        if finished is not None:
-            return finished
+        st, parsed, info, end = self._begin(action)
+        if end is not None:
+            return await self._afinish(st, info, *end)
         return await self._act(st, parsed, info)
 
     def truncate(self, why: str = "response_budget") -> tuple[float, dict]:
@@ -276,8 +277,8 @@ class ToolEnv(gym.Env[str, str]):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple | None]:
-        """Validate and parse an action; finish the episode here when no tool has to run."""
+    def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
+        """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""
         st = self.state
         if st is None:
             raise RuntimeError("step() before reset(): call env.reset() first")
@@ -298,9 +299,9 @@ class ToolEnv(gym.Env[str, str]):
             "flags": list(parsed.flags),
         }
         if self._over_budget(st):
-            return st, parsed, info, self._finish(st, info, truncated=True, why="response_budget")
+            return st, parsed, info, (True, "response_budget")
         if parsed.kind in ("answer", "end"):
-            return st, parsed, info, self._finish(st, info, truncated=False, why=parsed.kind)
+            return st, parsed, info, (False, parsed.kind)
         return st, parsed, info, None
 
     async def _act(self, st: EpisodeState, parsed: ParsedAction, info: dict) -> tuple[str, float, bool, bool, dict]:
@@ -309,10 +310,10 @@ class ToolEnv(gym.Env[str, str]):
         obs = self.protocol.format_observation(text, parsed.tool)
         grown = self._append(st, obs, by_model=False)
         if self._over_budget(grown):
-            return self._finish(st, info, truncated=True, why="response_budget")
+            return await self._afinish(st, info, True, "response_budget")
         st = grown
         if st.turns >= self.max_turns:
-            return self._finish(st, info, truncated=True, why="max_turns")
+            return await self._afinish(st, info, True, "max_turns")
         self.state = st
         info.update(self._episode_info(st))
         return obs, 0.0, False, False, info
@@ -373,13 +374,30 @@ class ToolEnv(gym.Env[str, str]):
         m.max_time_s = max(m.max_time_s, result.latency_s)
         return result
 
-    def _finish(self, st: EpisodeState, info: dict, truncated: bool, why: str) -> tuple[str, float, bool, bool, dict]:
-        st = st.evolve(done=True)
-        self.state = st
+    def _grading_inputs(self, st: EpisodeState) -> tuple[str, bool, str | None]:
         response = st.response
         prefill = st.prompt[st.prompt.rfind("assistant") :] if "<think>" in st.prompt[-64:] else ""
         format_ok, format_error = self.protocol.check_format(response, prefill)
-        reward = self.reward_fn(st.task, response, format_ok, st.call_counts)
+        return response, format_ok, format_error
+
+    async def _afinish(self, st: EpisodeState, info: dict, truncated: bool, why: str) -> tuple[str, float, bool, bool, dict]:
+        """`_finish` inside an event loop: a reward with an async path (an LLM judge) is awaited."""
+        acall = getattr(self.reward_fn, "acall", None)
+        if acall is None:
+            return self._finish(st, info, truncated, why)
+        graded = self._grading_inputs(st)
+        reward = await acall(st.task, graded[0], graded[1], st.call_counts)
+        return self._finish(st, info, truncated, why, reward, graded)
+
+    def _finish(
+        self, st: EpisodeState, info: dict, truncated: bool, why: str,
+        reward: RewardResult | None = None, graded: tuple[str, bool, str | None] | None = None,
+    ) -> tuple[str, float, bool, bool, dict]:
+        st = st.evolve(done=True)
+        self.state = st
+        response, format_ok, format_error = graded or self._grading_inputs(st)
+        if reward is None:
+            reward = self.reward_fn(st.task, response, format_ok, st.call_counts)
         info.update(self._episode_info(st))
         info.update(reward.components)
         info.update(

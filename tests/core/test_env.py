@@ -263,3 +263,21 @@ def test_truncate_from_outside_scores_the_partial_response():
     assert reward == -1.0 and info["truncated"] and info["end_reason"] == "length" and env.state.done
     with pytest.raises(RuntimeError, match="in progress"):
         env.truncate()
+
+
+async def test_async_reward_path_is_awaited_inside_astep():
+    """A reward with `acall` (an LLM judge) must not block the event loop: astep awaits it."""
+    from agent_envs.rewards import RewardResult
+
+    class AsyncOnly:
+        async def acall(self, task, response, format_ok, tool_calls):
+            await asyncio.sleep(0)
+            return RewardResult(0.5, {"judge_equal": 1.0})
+
+        def __call__(self, *args):
+            raise AssertionError("the blocking path was used inside the event loop")
+
+    env = make_env(reward=AsyncOnly())
+    env.reset(options={"index": 0})
+    _, r, term, _, info = await env.astep(GOOD[1])
+    assert (r, term, info["judge_equal"]) == (0.5, True, 1.0)
