@@ -13,6 +13,9 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# nothing can be downloaded here: fail fast instead of retrying a model or dataset hub
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("AGENT_ENVS_NO_HF", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("AGENT_ENVS_DATA_DIR", REPO.parent / "shared" / "data")).resolve()

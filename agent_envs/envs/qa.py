@@ -17,7 +17,8 @@ from typing import Any
 
 from agent_envs.core.env import ToolEnv
 from agent_envs.core.task import Task
-from agent_envs.envs.resources import data_dir, python_tool, resolve_tasks, shared, world_with_tools
+from agent_envs.data.loaders import data_dir
+from agent_envs.envs.resources import python_tool, resolve_tasks, shared, world_with_tools
 
 DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 

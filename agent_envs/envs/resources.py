@@ -26,13 +26,6 @@ def shared(kind: str, factory: Callable[..., T], **kwargs: Any) -> T:
         return _CACHE[key]
 
 
-def data_dir() -> str | None:
-    """Where benchmark files and corpora are looked up by default (`AGENT_ENVS_DATA_DIR`)."""
-    import os
-
-    return os.environ.get("AGENT_ENVS_DATA_DIR")
-
-
 def world_with_tools(kind: str, world_cls: Any, config_cls: Any, kwargs: dict | None) -> tuple[Any, list]:
     """The shared procedural world of this configuration and the shared tools it needs."""
     kwargs = dict(kwargs or {})
