@@ -1,4 +1,6 @@
-"""AEPO: ARPO with entropy-balanced rollout and entropy-balanced policy optimisation.
+"""AEPO (arXiv 2510.14545): ARPO with entropy-balanced rollout and policy optimisation.
+
+    agent-envs train --algo aepo --config configs/aepo_tiny.yaml
 
 ARPO, except (each switchable, spec §7):
 
@@ -19,10 +21,121 @@ ARPO, except (each switchable, spec §7):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from algorithms.arpo import ARPOConfig, ARPOLearner
+from algorithms.core.learner import MicroBatch, RolloutBatch
+
 ENTROPY_ADV_SCOPES = ("minibatch", "microbatch", "group")
+
+
+@dataclass
+class AEPOConfig(ARPOConfig):
+    """ARPO's settings plus AEPO's four switches, all on (spec §7.6; `aepo_reference` presets turn
+    pre-monitoring off as the released scripts do). The constants the reference hard-codes are
+    keys here, with its values."""
+
+    output_dir: str = "runs/aepo"
+    enable_dynamic_rollouts: bool = True  # entropy pre-monitoring (§7.2)
+    premonitor_beta: float = 0.5  # β_pm
+    initial_entropy_tokens: int = 50  # tokens generated from the prompt for H_root
+    reuse_probe: bool = False  # count the probe trajectory as one of the m global samples
+    enable_consecutive_penalty: bool = True  # (§7.3)
+    consecutive_penalty: float = 0.05  # γ per consecutive branching of a path lineage
+    enable_entropy_balanced_clipping: bool = True  # (§7.4) upper clip keeps a scaled gradient
+    enable_entropy_balanced_advantage: bool = True  # (§7.5) Ã = A·(1 + α_H·Ĥ)
+    entropy_adv_alpha: float = 0.2  # α_H
+    entropy_adv_norm_scope: str = "minibatch"  # minibatch | microbatch (reference) | group
+    clamp_entropy_factor: bool = False  # clamp (1 + α_H·Ĥ) at 0
+
+    def validate(self) -> None:
+        super().validate()
+        if self.entropy_adv_norm_scope not in ENTROPY_ADV_SCOPES:
+            raise ValueError(
+                f"config field 'entropy_adv_norm_scope': must be one of {ENTROPY_ADV_SCOPES}, "
+                f"got {self.entropy_adv_norm_scope!r}"
+            )
+
+
+class AEPOLearner(ARPOLearner):
+    """ARPO with pre-monitoring and the penalty (through `tree_config`), the gradient-preserving
+    upper clip, and the entropy-aware advantage."""
+
+    name = "aepo"
+    config_class = AEPOConfig
+    config: AEPOConfig
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        kw = super().loss_kwargs()
+        if self.config.enable_entropy_balanced_clipping:
+            kw["upper_clip"] = "grad_preserve"
+        return kw
+
+    def needs_entropy(self) -> bool:
+        return super().needs_entropy() or self.config.enable_entropy_balanced_advantage
+
+    def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> None:
+        """μ, σ of π_θ's entropy over the whole mini-batch, all ranks (D10). Weights do not change
+        between a mini-batch's micro-batches, so a no-grad pass now sees the entropies those
+        micro-batches will compute."""
+        cfg = self.config
+        self._entropy_stats: Any = None
+        if not cfg.enable_entropy_balanced_advantage or cfg.entropy_adv_norm_scope == "microbatch":
+            return
+        size = cfg.micro_batch_size
+        moments = torch.zeros(3, dtype=torch.float64)
+        per_group: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            for start in range(0, len(rows), size):
+                part = rows[start : start + size]
+                width = max(1, max(len(batch.trajectories[r].response_ids) for r in part))
+                _, ent = self.forward(self.model, batch, MicroBatch(part, width), with_entropy=True)
+                ent, mask = ent.float().cpu(), batch.loss_mask[part, :width]
+                moments += entropy_moments(ent, mask)
+                for j, r in enumerate(part):
+                    g = int(batch.group_ids[r])
+                    per_group[g] = per_group.get(g, 0) + entropy_moments(ent[j], mask[j])
+        if cfg.entropy_adv_norm_scope == "group":  # groups never straddle ranks
+            self._entropy_stats = {g: stats_from_moments(m) for g, m in per_group.items()}
+        else:
+            self._entropy_stats = stats_from_moments(self.reduce_sum(moments))
+
+    def adjust_advantages(
+        self,
+        batch: RolloutBatch,
+        micro: MicroBatch,
+        advantages: torch.Tensor,
+        extras: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        cfg = self.config
+        if not cfg.enable_entropy_balanced_advantage:
+            return advantages
+        ent = extras.get("entropy")
+        if ent is None:  # never silently skip the feature (D9)
+            raise RuntimeError("AEPO entropy-aware advantage: the training forward pass returned no entropy")
+        mask = batch.loss_mask[micro.rows, : micro.width].to(ent.device)
+        scope = cfg.entropy_adv_norm_scope
+        if scope == "microbatch":
+            mean, std = entropy_stats(ent, mask)
+        elif scope == "group":
+            pairs = [self._entropy_stats[int(batch.group_ids[r])] for r in micro.rows]
+            mean = torch.tensor([[p[0]] for p in pairs], device=ent.device)
+            std = torch.tensor([[p[1]] for p in pairs], device=ent.device)
+        else:
+            mean, std = self._entropy_stats
+        out = entropy_aware_advantages(
+            advantages,
+            ent,
+            mask,
+            mean=mean,
+            std=std,
+            alpha=cfg.entropy_adv_alpha,
+            clamp_factor=cfg.clamp_entropy_factor,
+        )
+        return out.to(ent.device)
 
 
 def entropy_moments(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -84,6 +197,8 @@ def entropy_aware_advantages(
 
 
 __all__ = [
+    "AEPOConfig",
+    "AEPOLearner",
     "ENTROPY_ADV_SCOPES",
     "entropy_aware_advantages",
     "entropy_moments",

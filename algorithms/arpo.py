@@ -1,4 +1,6 @@
-"""ARPO: GRPO over an entropy-branching tree rollout, with soft or hard advantage attribution.
+"""ARPO (arXiv 2507.19849): GRPO over an entropy-branching tree rollout, soft or hard attribution.
+
+    agent-envs train --algo arpo --config configs/arpo_tiny.yaml
 
 GRPO, except:
 
@@ -17,10 +19,94 @@ GRPO, except:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
+from algorithms.core.learner import Learner, LearnerConfig, PromptDraw, RolloutBatch, _run_coroutine
+from algorithms.rollout.tree import TreeConfig, TreeRollout
+
 ATTRIBUTIONS = ("soft", "hard", "hard_no_dedupe")
+
+
+@dataclass
+class ARPOConfig(LearnerConfig):
+    """ARPO's defaults (reference scripts, spec §6.2, §6.8); `group_size` is the budget M."""
+
+    output_dir: str = "runs/arpo"
+    group_size: int = 16  # M: trajectories per prompt, forks and top-ups included
+    initial_rollouts: int = 8  # N: full rollouts from the prompt
+    beam_size: int = 2  # Z: children per branch point, the source included
+    branch_probability: float = 0.5  # α (= τ in the reference)
+    branch_threshold: float | None = None  # τ for branch_mode=threshold; null = α
+    entropy_weight: float = 0.2  # β_br
+    branch_mode: str = "sample"  # sample (fork iff u < P) | threshold (α + β·ΔH > τ)
+    branch_rule: str = "ours"  # ours | reference (the public code's realisation)
+    entropy_tokens: int = 20  # k: leading tokens of a segment used for its entropy
+    entropy_topk: int = 10  # K: top-K log-probs per position from the engine
+    entropy_reduction: str = "scaled_mean"  # scaled_mean | sum (reference) | mean
+    entropy_tail_correction: bool = False
+    entropy_source: str = "topk"  # topk | exact (HF engine) | auto
+    topup_mode: str = "all"  # all | one (reference)
+    advantage_attribution: str = "soft"  # soft | hard | hard_no_dedupe
+
+    def validate(self) -> None:
+        super().validate()
+        if self.advantage_attribution not in ATTRIBUTIONS:
+            raise ValueError(
+                f"config field 'advantage_attribution': must be one of {ATTRIBUTIONS}, "
+                f"got {self.advantage_attribution!r}"
+            )
+        self.tree_config()
+
+    def tree_config(self) -> TreeConfig:
+        """The rollout settings of this config (every `TreeConfig` field it has; n = group_size)."""
+        names = [f.name for f in fields(TreeConfig) if f.name != "n" and hasattr(self, f.name)]
+        return TreeConfig(n=self.group_size, **{k: getattr(self, k) for k in names})
+
+
+class ARPOLearner(Learner):
+    """GRPO with the tree rollout and (optionally) hard attribution."""
+
+    name = "arpo"
+    config_class = ARPOConfig
+    config: ARPOConfig
+
+    def rollout(self, draws: Sequence[PromptDraw]) -> list[Any]:
+        cfg = self.config
+        tree = TreeRollout(self.engine, cfg.tree_config())
+        result = _run_coroutine(
+            tree.arollout(
+                [self.env_factory() for _ in draws],
+                self.sampling_params().with_(seed=cfg.seed),
+                max_response_tokens=cfg.max_response_tokens,
+                tasks=[d.index for d in draws],
+                group_ids=[d.group_id for d in draws],
+                seeds=[d.seed for d in draws],
+            )
+        )
+        self._tree_metrics = result.metrics()
+        return result.trajectories
+
+    def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
+        trajs, metrics = super().collect(step)
+        return trajs, {**metrics, **getattr(self, "_tree_metrics", {})}
+
+    def compute_advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        adv, mask = super().compute_advantages(batch)
+        mode = self.config.advantage_attribution
+        if mode == "soft":
+            return adv, mask
+        trajs = batch.trajectories
+        return hard_attribution(
+            adv,
+            keys=[(t.group_id, t.traj_id) for t in trajs],
+            parents=[None if t.parent_id is None else (t.group_id, t.parent_id) for t in trajs],
+            offsets=[t.branch_offset or 0 for t in trajs],
+            mask=mask,
+            dedupe=mode == "hard",
+        )
 
 
 def _owner_spans(
@@ -115,4 +201,4 @@ def hard_attribution(
     return out.to(advantages.dtype if advantages.is_floating_point() else torch.float32), new_mask
 
 
-__all__ = ["ATTRIBUTIONS", "hard_attribution"]
+__all__ = ["ATTRIBUTIONS", "ARPOConfig", "ARPOLearner", "hard_attribution"]

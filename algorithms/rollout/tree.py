@@ -1,0 +1,497 @@
+"""Entropy-branching tree rollouts (ARPO, AEPO) as a strategy over the multi-turn runner.
+
+Per prompt, with a global budget of M trajectories (spec §6.4):
+
+1. start N paths from the prompt (AEPO pre-monitoring may choose N per prompt, §7.2);
+2. generate one segment for every active path in one batched engine call, each with its own
+   remaining token budget and `logprobs=K`;
+3. a path's first segment sets its initial entropy H_init; a later segment starts right after a
+   tool result, and its entropy decides, retroactively, whether to branch *at that result*:
+   each eligible source draws up to Z − 1 forks with P = clip((α + β·ΔH)·penalty, 0, 1), while
+   the prompt has fewer than M paths. A fork copies the prefix up to and including the result
+   (ids, mask, log-probs) and the env state saved there, inherits the root's H_init, and samples
+   its own continuation in the next iteration;
+4. the other segments go to their envs (tool calls run concurrently; results appended, mask 0);
+5. a prompt whose paths have all ended with fewer than M gets the missing ones from the prompt.
+
+Exactly M trajectories per prompt come back (initial paths, then forks and top-ups in creation
+order), each with its lineage: `traj_id`, `parent_id`, `branch_offset`, and `lineage` (root id,
+depth, kind). Everything a call needs is created in that call (no state carries over, defect D1);
+with the same `seed`, two calls make the same decisions. Evaluation never branches.
+
+    >>> import asyncio
+    >>> from algorithms.rollout import HFEngine, SamplingParams
+    >>> from algorithms.rollout.tree import TreeConfig, TreeRollout
+    >>> tree = TreeRollout(engine, TreeConfig(n=8, initial_rollouts=4))              # doctest: +SKIP
+    >>> result = asyncio.run(tree.arollout(make_env, SamplingParams(), n_prompts=2,  # doctest: +SKIP
+    ...                                    max_response_tokens=256, seed=0))
+    >>> len(result.trajectories)                                                      # doctest: +SKIP
+    16
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from algorithms.rollout.branching import BranchRule, decide_branch, premonitor_global_samples
+from algorithms.rollout.engine import RolloutEngine, SamplingParams
+from algorithms.rollout.entropy import EntropySettings, measure_segment
+from algorithms.rollout.runner import Path, generate_segments, run_paths, start_group, step_paths
+from algorithms.rollout.trajectory import Trajectory
+
+# trajectory k of the prompt with group id g has id g * ID_STRIDE + k: unique within a step, and
+# independent of how prompts are split over calls or ranks (request seeds derive from it)
+ID_STRIDE = 1 << 16
+
+
+@dataclass
+class TreeConfig:
+    """Tree rollout settings. Defaults are ARPO's (reference scripts, spec §6.2); AEPO turns on
+    the penalty and pre-monitoring (§7.2, §7.3).
+
+    n: M, trajectories per prompt (the global budget).
+    initial_rollouts: N, full rollouts started from the prompt (clamped to [1, M]).
+    beam_size: Z, children per branch point including the source (≤ Z − 1 forks per source).
+    branch_probability / branch_threshold / entropy_weight / branch_mode / branch_rule: see
+        `algorithms.rollout.branching.BranchRule`.
+    entropy_tokens / entropy_topk / entropy_reduction / entropy_tail_correction / entropy_source:
+        see `algorithms.rollout.entropy.EntropySettings`.
+    topup_mode: `all` starts every missing path at once; `one` adds one per iteration (reference).
+    enable_consecutive_penalty / consecutive_penalty: AEPO's γ per consecutive branching (§7.3).
+    enable_dynamic_rollouts: AEPO pre-monitoring (§7.2) sets N per prompt from a root-entropy
+        generation of `initial_entropy_tokens` tokens and one probe trajectory.
+    premonitor_beta: β_pm. reuse_probe: count the probe as one of the global samples.
+    """
+
+    n: int = 16
+    initial_rollouts: int = 8
+    beam_size: int = 2
+    branch_probability: float = 0.5
+    branch_threshold: float | None = None
+    entropy_weight: float = 0.2
+    branch_mode: Literal["sample", "threshold"] = "sample"
+    branch_rule: Literal["ours", "reference"] = "ours"
+    entropy_tokens: int = 20
+    entropy_topk: int = 10
+    entropy_reduction: Literal["scaled_mean", "sum", "mean"] = "scaled_mean"
+    entropy_tail_correction: bool = False
+    entropy_source: Literal["auto", "topk", "exact"] = "topk"
+    topup_mode: Literal["all", "one"] = "all"
+    enable_consecutive_penalty: bool = False
+    consecutive_penalty: float = 0.05
+    enable_dynamic_rollouts: bool = False
+    premonitor_beta: float = 0.5
+    initial_entropy_tokens: int = 50
+    reuse_probe: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"tree rollout: n (M, trajectories per prompt) must be ≥ 1, got {self.n}")
+        if self.n >= ID_STRIDE - 1:
+            raise ValueError(f"tree rollout: n={self.n} is too large (max {ID_STRIDE - 2})")
+        if self.initial_rollouts < 1:
+            raise ValueError(f"tree rollout: initial_rollouts (N) must be ≥ 1, got {self.initial_rollouts}")
+        if self.beam_size < 1:
+            raise ValueError(f"tree rollout: beam_size (Z) must be ≥ 1, got {self.beam_size}")
+        if self.topup_mode not in ("all", "one"):
+            raise ValueError(f"tree rollout: topup_mode must be 'all' or 'one', got {self.topup_mode!r}")
+        if self.initial_entropy_tokens < 1:
+            raise ValueError(
+                f"tree rollout: initial_entropy_tokens must be ≥ 1, got {self.initial_entropy_tokens}"
+            )
+        self.rule()
+        self.entropy()
+
+    def rule(self) -> BranchRule:
+        return BranchRule(
+            probability=self.branch_probability,
+            threshold=self.branch_threshold,
+            entropy_weight=self.entropy_weight,
+            consecutive_penalty=self.consecutive_penalty if self.enable_consecutive_penalty else 0.0,
+            mode=self.branch_mode,
+            rule=self.branch_rule,
+        )
+
+    def entropy(self) -> EntropySettings:
+        return EntropySettings(
+            tokens=self.entropy_tokens,
+            topk=self.entropy_topk,
+            reduction=self.entropy_reduction,
+            tail_correction=self.entropy_tail_correction,
+            source=self.entropy_source,
+        )
+
+
+@dataclass
+class _Node:
+    """Tree bookkeeping of one path, beside the runner's `Path`."""
+
+    path: Path
+    prompt: int
+    kind: str  # initial | fork | topup | probe
+    h_init: float | None = None
+    consecutive: int = 0
+    born_at: int | None = None  # response offset where this fork was created (not eligible there)
+
+
+@dataclass
+class PromptStats:
+    """Accounting of one prompt in one rollout call."""
+
+    initial: int = 0
+    forks: int = 0
+    topups: int = 0
+    decisions: int = 0  # candidate-fork draws
+    branch_points: int = 0  # eligible (source, tool result) pairs visited
+    generated_tokens: int = 0  # sampled by the engine for the kept trajectories
+    overhead_tokens: int = 0  # sampled for pre-monitoring (root entropy, probe) and not kept
+    tool_calls: int = 0  # tool calls actually executed (forks do not repeat their prefix's calls)
+    engine_calls: int = 0
+    delta_h: list[float] = field(default_factory=list)
+    h_root: float | None = None
+    h_tool: float | None = None
+
+
+@dataclass
+class TreeRolloutResult:
+    """The trajectories (prompt-major, M per prompt), per-prompt accounting, and the finished
+    runner paths in the same order (their envs hold the final episode states)."""
+
+    trajectories: list[Trajectory]
+    prompts: list[PromptStats]
+    paths: list[Path] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        """Per-step rollout metrics (spec §2.11): forks, top-ups, branch rate, ΔH, depth."""
+        k = max(1, len(self.prompts))
+        dh = [d for p in self.prompts for d in p.delta_h]
+        decisions = sum(p.decisions for p in self.prompts)
+        trajs = max(1, len(self.trajectories))
+        depth = Counter(int(t.lineage.get("depth", 0)) for t in self.trajectories)
+        out = {
+            "rollout/forks_per_prompt": sum(p.forks for p in self.prompts) / k,
+            "rollout/topups_per_prompt": sum(p.topups for p in self.prompts) / k,
+            "rollout/branch_rate": sum(p.forks for p in self.prompts) / decisions if decisions else 0.0,
+            "rollout/delta_h_mean": sum(dh) / len(dh) if dh else 0.0,
+            "rollout/generated_tokens_per_traj": sum(p.generated_tokens for p in self.prompts) / trajs,
+            "rollout/overhead_tokens_per_prompt": sum(p.overhead_tokens for p in self.prompts) / k,
+            "rollout/tool_calls_per_traj": sum(p.tool_calls for p in self.prompts) / trajs,
+        }
+        for d, c in sorted(depth.items()):
+            out[f"rollout/depth_{d}"] = c / trajs
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts": [asdict(p) for p in self.prompts], "metrics": self.metrics()}
+
+
+def _executed_calls(path: Path) -> int:
+    metrics = getattr(path.env, "metrics", None)
+    return sum(metrics.calls.values()) if metrics is not None else 0
+
+
+class TreeRollout:
+    """ARPO/AEPO tree rollouts over the runner's `Path` / `generate_segments` / `step_paths`.
+
+    Args:
+        engine: any `RolloutEngine`; it must return top-K log-probs (`logprobs=K`) or exact
+            entropies, as the config's `entropy_source` requires.
+        config: `TreeConfig`.
+        vocab_size: |V| for the ln|V| normalisation; defaults to `len(tokenizer.get_vocab())`
+            (the reference's choice).
+    """
+
+    def __init__(self, engine: RolloutEngine, config: TreeConfig, *, vocab_size: int | None = None) -> None:
+        self.engine = engine
+        self.config = config
+        self.vocab_size = vocab_size or len(engine.tokenizer.get_vocab())
+
+    def rollout(self, *args: Any, **kwargs: Any) -> TreeRolloutResult:
+        """Blocking `arollout` (outside a running event loop)."""
+        return asyncio.run(self.arollout(*args, **kwargs))
+
+    async def arollout(
+        self,
+        envs: Sequence[Any] | Callable[[], Any],
+        params: SamplingParams,
+        *,
+        max_response_tokens: int,
+        tasks: Sequence[Any] | None = None,
+        n_prompts: int | None = None,
+        group_ids: Sequence[int] | None = None,
+        seed: int | None = 0,
+        seeds: Sequence[int | None] | None = None,
+        evaluate: bool = False,
+        eval_group_size: int = 1,
+    ) -> TreeRolloutResult:
+        """Run one tree rollout call: exactly M trajectories per prompt (`eval_group_size`
+        unbranched ones with `evaluate=True` or greedy sampling).
+
+        `envs`, `tasks`, `n_prompts` as in `run_episodes`. `group_ids` overrides the group id of
+        each prompt (default: its index). `seeds[i]` seeds prompt i's env reset and branch draws
+        (default `seed + i`), and `seed` the engine requests unless `params.seed` is set; so a
+        prompt's tree depends only on its own seed, not on the other prompts of the call.
+        """
+        cfg = self.config
+        if max_response_tokens <= 0:
+            raise ValueError(f"tree rollout: max_response_tokens={max_response_tokens} must be > 0")
+        env_list = self._envs(envs, tasks, n_prompts)
+        gids = list(group_ids) if group_ids is not None else list(range(len(env_list)))
+        if len(gids) != len(env_list):
+            raise ValueError(f"tree rollout: {len(gids)} group_ids for {len(env_list)} prompts")
+        req = params.with_(
+            logprobs=max(params.logprobs, cfg.entropy_topk if cfg.entropy_source != "exact" else 0)
+        )
+        if req.seed is None and seed is not None:
+            req = req.with_(seed=seed)  # per-path request seeds derive from it (runner.segment_params)
+        if seeds is None:
+            seeds = [None if seed is None else seed + i for i in range(len(env_list))]
+        if len(seeds) != len(env_list):
+            raise ValueError(f"tree rollout: {len(seeds)} seeds for {len(env_list)} prompts")
+        rngs = [random.Random(s) for s in seeds]
+        stats = [PromptStats() for _ in env_list]
+        # pristine copies right after reset: top-ups and probes start from these
+        roots: list[tuple[Any, list[int], str]] = []
+        for i, env in enumerate(env_list):
+            options = None
+            if tasks is not None:
+                t = tasks[i]
+                options = {"index": t} if isinstance(t, int) else {"task": t}
+            [seed_path] = start_group(
+                env,
+                self.engine.tokenizer,
+                gids[i],
+                1,
+                gids[i] * ID_STRIDE,
+                seed=seeds[i],
+                options=options,
+            )
+            roots.append((env.fork(), seed_path.prompt_ids, seed_path.task_id))
+
+        if evaluate or params.greedy:
+            return await self._flat(roots, gids, req, max_response_tokens, eval_group_size, stats)
+
+        initial = [min(max(cfg.initial_rollouts, 1), cfg.n)] * len(roots)
+        nodes: list[list[_Node]] = [[] for _ in roots]
+        if cfg.enable_dynamic_rollouts:
+            initial = await self._premonitor(roots, gids, req, max_response_tokens, stats, nodes)
+        for i, k in enumerate(initial):
+            for _ in range(k - len(nodes[i])):
+                nodes[i].append(self._fresh(i, roots[i], gids[i], len(nodes[i]), "initial"))
+            stats[i].initial = k
+
+        used = [len(ns) for ns in nodes]
+        prompt_streak = [0] * len(roots)  # the reference's per-prompt consecutive counter
+        rule = cfg.rule()
+        settings = cfg.entropy()
+        while True:
+            active = [nd for ns in nodes for nd in ns if nd.path.active]
+            if not active:
+                break
+            segs = await generate_segments(self.engine, [nd.path for nd in active], req, max_response_tokens)
+            for nd, seg in zip(active, segs, strict=True):
+                stats[nd.prompt].generated_tokens += len(seg.token_ids)
+                stats[nd.prompt].engine_calls += 1
+            grew = [False] * len(roots)
+            # branch decisions, per prompt in ascending path id (they are created in that order)
+            for nd, seg in zip(active, segs, strict=True):
+                h = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+                start = nd.path.segment_starts[-1]
+                if start == 0:
+                    nd.h_init = h
+                    continue
+                if h is None or nd.h_init is None or nd.born_at == start or used[nd.prompt] >= cfg.n:
+                    continue
+                made = self._branch(
+                    nd, h - nd.h_init, rule, nodes, used, prompt_streak, rngs[nd.prompt], stats
+                )
+                grew[nd.prompt] |= made > 0
+            await step_paths([nd.path for nd in active], segs, self.engine.tokenizer, max_response_tokens)
+            for i, ns in enumerate(nodes):
+                if used[i] < cfg.n and not any(nd.path.active for nd in ns):
+                    k = cfg.n - used[i] if cfg.topup_mode == "all" else 1
+                    for _ in range(k):
+                        ns.append(self._fresh(i, roots[i], gids[i], used[i], "topup"))
+                        used[i] += 1
+                        stats[i].topups += 1
+                    grew[i] = True
+            for i in range(len(roots)):
+                prompt_streak[i] = prompt_streak[i] + 1 if grew[i] else 0
+
+        out: list[Trajectory] = []
+        kept_paths: list[Path] = []
+        for i, ns in enumerate(nodes):
+            kept = [nd for nd in ns if nd.kind != "probe"]
+            if len(kept) != cfg.n:  # never duplicate to fill a group (defect D20)
+                raise RuntimeError(
+                    f"tree rollout: prompt {i} ended with {len(kept)} trajectories, expected {cfg.n}"
+                )
+            for nd in kept:
+                stats[i].tool_calls += _executed_calls(nd.path)
+                nd.path.lineage.update(kind=nd.kind, h_init=nd.h_init)
+                out.append(nd.path.to_trajectory())
+                kept_paths.append(nd.path)
+        return TreeRolloutResult(out, stats, kept_paths)
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    def _envs(
+        self, envs: Sequence[Any] | Callable[[], Any], tasks: Sequence[Any] | None, n: int | None
+    ) -> list:
+        if callable(envs):
+            count = len(tasks) if tasks is not None else n
+            if count is None:
+                raise ValueError("tree rollout: with an env factory, pass `tasks` or `n_prompts`")
+            return [envs() for _ in range(count)]
+        env_list = list(envs)
+        if tasks is not None and len(tasks) != len(env_list):
+            raise ValueError(
+                f"tree rollout: {len(tasks)} tasks for {len(env_list)} envs; give one task per env"
+            )
+        return env_list
+
+    def _fresh(self, i: int, root: tuple[Any, list[int], str], gid: int, k: int, kind: str) -> _Node:
+        env, prompt_ids, task_id = root
+        twin = env.fork()
+        tid = gid * ID_STRIDE + k
+        path = Path(
+            env=twin,
+            prompt_ids=list(prompt_ids),
+            group_id=gid,
+            task_id=task_id,
+            traj_id=tid,
+            boundary_state=twin.get_state(),
+            lineage={"root_id": tid, "depth": 0},
+        )
+        return _Node(path=path, prompt=i, kind=kind)
+
+    def _branch(
+        self,
+        nd: _Node,
+        delta_h: float,
+        rule: BranchRule,
+        nodes: list[list[_Node]],
+        used: list[int],
+        prompt_streak: list[int],
+        rng: random.Random,
+        stats: list[PromptStats],
+    ) -> int:
+        """Up to Z − 1 candidate forks of `nd` at the start of its newest segment."""
+        cfg = self.config
+        i = nd.prompt
+        path = nd.path
+        if path.boundary_offset != path.segment_starts[-1]:
+            raise RuntimeError(
+                f"tree rollout: path {path.traj_id} has no env state saved at offset {path.segment_starts[-1]}"
+            )
+        streak = prompt_streak[i] if cfg.branch_rule == "reference" else nd.consecutive
+        st = stats[i]
+        st.branch_points += 1
+        st.delta_h.append(delta_h)
+        made = 0
+        for _ in range(cfg.beam_size - 1):
+            if used[i] >= cfg.n:
+                break
+            st.decisions += 1
+            if not decide_branch(rng, delta_h, rule, streak):
+                continue
+            child = path.fork(path.group_id * ID_STRIDE + len(nodes[i]), at_boundary=True)
+            nodes[i].append(_Node(child, i, "fork", h_init=nd.h_init, born_at=path.boundary_offset))
+            used[i] += 1
+            st.forks += 1
+            made += 1
+        nd.consecutive = nd.consecutive + 1 if made else 0
+        for child in nodes[i][len(nodes[i]) - made :]:
+            child.consecutive = nd.consecutive
+        return made
+
+    async def _flat(
+        self,
+        roots: list[tuple[Any, list[int], str]],
+        gids: list[int],
+        params: SamplingParams,
+        budget: int,
+        group_size: int,
+        stats: list[PromptStats],
+    ) -> TreeRolloutResult:
+        """Evaluation: `group_size` independent paths per prompt, never branched."""
+        nodes = [
+            self._fresh(i, r, gids[i], k, "initial") for i, r in enumerate(roots) for k in range(group_size)
+        ]
+        await run_paths(self.engine, [nd.path for nd in nodes], params, budget)
+        for nd in nodes:
+            st = stats[nd.prompt]
+            st.initial += 1
+            st.generated_tokens += sum(nd.path.loss_mask)
+            st.tool_calls += _executed_calls(nd.path)
+            nd.path.lineage.update(kind="initial")
+        return TreeRolloutResult([nd.path.to_trajectory() for nd in nodes], stats, [nd.path for nd in nodes])
+
+    async def _premonitor(
+        self,
+        roots: list[tuple[Any, list[int], str]],
+        gids: list[int],
+        params: SamplingParams,
+        budget: int,
+        stats: list[PromptStats],
+        nodes: list[list[_Node]],
+    ) -> list[int]:
+        """AEPO pre-monitoring: m global samples per prompt from H_root and a probe's mean H_tool."""
+        cfg = self.config
+        settings = cfg.entropy()
+        stops = [list(dict.fromkeys([*params.stop, *env.stop_sequences])) for env, _, _ in roots]
+        reqs = [
+            params.with_(
+                max_tokens=min(cfg.initial_entropy_tokens, budget),
+                stop=stops[i],
+                n=1,
+                seed=None if params.seed is None else params.seed + 7_919 * gids[i],
+            )
+            for i in range(len(roots))
+        ]
+        root_segs = await self.engine.agenerate([ids for _, ids, _ in roots], reqs)
+        # a discarded probe gets the reserved last id, so its samples are not path 0's
+        k = 0 if cfg.reuse_probe else ID_STRIDE - 1
+        probes = [self._fresh(i, r, gids[i], k, "probe") for i, r in enumerate(roots)]
+        seg_h: list[list[float]] = [[] for _ in roots]
+        live = list(probes)
+        while live:
+            segs = await generate_segments(self.engine, [nd.path for nd in live], params, budget)
+            for nd, seg in zip(live, segs, strict=True):
+                h = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+                if h is not None:
+                    seg_h[nd.prompt].append(h)
+            await step_paths([nd.path for nd in live], segs, self.engine.tokenizer, budget)
+            live = [nd for nd in live if nd.path.active]
+        out = []
+        for i, seg in enumerate(root_segs):
+            st = stats[i]
+            st.h_root = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+            st.h_tool = sum(seg_h[i]) / len(seg_h[i]) if seg_h[i] else st.h_root
+            st.overhead_tokens += len(seg.token_ids)
+            probe = probes[i]
+            if st.h_root is None:  # nothing generated from the prompt: keep the configured N
+                m = min(max(cfg.initial_rollouts, 1), cfg.n)
+            else:
+                m = premonitor_global_samples(st.h_root, st.h_tool, cfg.n, cfg.premonitor_beta)
+            if cfg.reuse_probe:
+                probe.kind = "initial"
+                probe.h_init = seg_h[i][0] if seg_h[i] else None
+                nodes[i].append(probe)
+                st.generated_tokens += sum(probe.path.loss_mask)
+            else:
+                st.overhead_tokens += sum(probe.path.loss_mask)
+                st.tool_calls += _executed_calls(probe.path)
+            out.append(m)
+        return out
+
+
+__all__ = ["ID_STRIDE", "PromptStats", "TreeConfig", "TreeRollout", "TreeRolloutResult"]
