@@ -61,7 +61,6 @@ class HFEngine:
                 raise ValueError("HFEngine: pass `tokenizer=` when the model has no checkpoint path")
             tokenizer = AutoTokenizer.from_pretrained(source)
         self.tokenizer = tokenizer
-        self.model.eval()
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
         self.generator = torch.Generator().manual_seed(seed)
@@ -93,10 +92,16 @@ class HFEngine:
         out: list[Segment | None] = [None] * len(reqs)
         order = sorted(range(len(reqs)), key=lambda i: len(reqs[i][0]))
         with self._lock:
-            for start in range(0, len(order), self.max_batch_size):
-                chunk = order[start : start + self.max_batch_size]
-                for i, seg in zip(chunk, self._decode([reqs[i] for i in chunk]), strict=True):
-                    out[i] = seg
+            # a shared learner model may be in train mode: decode in eval mode, then restore
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                for start in range(0, len(order), self.max_batch_size):
+                    chunk = order[start : start + self.max_batch_size]
+                    for i, seg in zip(chunk, self._decode([reqs[i] for i in chunk]), strict=True):
+                        out[i] = seg
+            finally:
+                self.model.train(was_training)
         return out  # type: ignore[return-value]
 
     async def agenerate(

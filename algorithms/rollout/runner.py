@@ -234,15 +234,22 @@ async def apply_segment(path: Path, seg: Segment, tokenizer: Any, max_response_t
     obs_ids = encode(tokenizer, obs)
     if budget_spent or len(obs_ids) >= path.remaining(max_response_tokens):
         # the result would not fit with room left to react to it: the runner never exceeds its
-        # budget, so the episode ends here, unanswered
-        info = {**info, "end_reason": "response_budget", "truncated": True}
-        path.end(0.0, info, terminated=False, truncated=True, why="response_budget")
+        # budget, so the episode ends here and the env scores the partial response
+        reward, end_info = truncate_env(path.env, "response_budget")
+        path.end(reward, {**info, **end_info}, terminated=False, truncated=True, why="response_budget")
         return path
     path.append_observation(obs_ids, obs)
     path.boundary_state = path.env.get_state()
     path.boundary_offset = len(path.response_ids)
     path.info = info
     return path
+
+
+def truncate_env(env: Any, why: str) -> tuple[float, dict[str, Any]]:
+    """End an episode from outside; the env scores the partial response when it can."""
+    if hasattr(env, "truncate"):
+        return env.truncate(why)
+    return 0.0, {"end_reason": why, "truncated": True}
 
 
 async def step_paths(
@@ -378,4 +385,5 @@ __all__ = [
     "segment_params",
     "start_group",
     "step_paths",
+    "truncate_env",
 ]

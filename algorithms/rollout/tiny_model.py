@@ -1,7 +1,8 @@
 """A tiny local Qwen2-architecture model and tokenizer, built offline and cached.
 
 No model hub is reachable in tests or in the CPU quickstart, so this module builds a stand-in:
-a byte-level BPE tokenizer trained with `tokenizers` on protocol-style episode text (digits are
+a byte-level BPE tokenizer trained with `tokenizers` on protocol-style episode text and the gold
+traces of the procedural worlds (`agent_envs.worlds`) (digits are
 single tokens; the protocol tags and the ChatML markers are single tokens; EOS is `<|im_end|>`;
 a Qwen-style ChatML chat template) and a random-init `Qwen2ForCausalLM` (hidden 128, 3 layers,
 4 heads, 2 KV heads, FFN 384, tied embeddings, about 0.7M parameters), saved with
@@ -34,7 +35,7 @@ from types import SimpleNamespace
 
 from agent_envs.core.protocol import ArpoTags
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 PROTOCOL_TAGS = (
     "<think>",
@@ -104,6 +105,7 @@ class TinyModelConfig:
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
     corpus_episodes: int = 3000  # procedural episodes the tokenizer is trained on
+    world_episodes: int = 300  # gold-trace episodes per registered world, also tokenizer text
     warmup_steps: int = 0  # SFT steps on math episodes (0: random init)
     warmup_batch_size: int = 16
     warmup_lr: float = 2e-3
@@ -187,6 +189,21 @@ def episode(
         )
     messages = protocol.messages(question, tools, system_prompt)
     return messages, response
+
+
+def world_text(n_per_world: int, seed: int = 0) -> list[str]:
+    """Gold-trace episodes of every registered world (question and the gold actions) as ChatML text."""
+    from agent_envs.worlds import WORLDS, make_world
+
+    protocol = ArpoTags()
+    texts = []
+    for name in sorted(WORLDS):
+        world = make_world(name, seed=seed)
+        for i in range(min(n_per_world, len(world))):
+            task = world[i]
+            prompt = protocol.render_prompt(protocol.messages(task.question, list(_STUB_TOOLS.values())))
+            texts.append(prompt + " ".join(task.gold_trace or []) + IM_END + "\n")
+    return texts
 
 
 def corpus(n_episodes: int, seed: int, extra_text: Iterable[str] = ()) -> list[str]:
@@ -282,7 +299,8 @@ def _build(cfg: TinyModelConfig, out: Path) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _train_tokenizer(corpus(cfg.corpus_episodes, cfg.seed, cfg.extra_text), cfg.vocab_size)
+    texts = corpus(cfg.corpus_episodes, cfg.seed, cfg.extra_text) + world_text(cfg.world_episodes, cfg.seed)
+    tokenizer = _train_tokenizer(texts, cfg.vocab_size)
     vocab = len(tokenizer)
     config = Qwen2Config(
         vocab_size=vocab,

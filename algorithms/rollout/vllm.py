@@ -60,8 +60,15 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gb)))
         import vllm
+        from vllm.platforms import current_platform
 
         self._vllm = vllm
+        self.on_cpu = current_platform.is_cpu()
+        if self.on_cpu:
+            # vLLM's CPU runner crashes when a seeded request is prefilled in chunks ("CPU
+            # Generator does not use offset"): a large step budget lets whole prompts prefill at
+            # once, and generate() keeps seeded batches within it
+            llm_kwargs.setdefault("max_num_batched_tokens", max(32768, max_model_len))
         self.model_path = str(model_path)
         self.llm = vllm.LLM(
             model=self.model_path,
@@ -77,6 +84,7 @@ class VLLMEngine:
             **llm_kwargs,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self.step_tokens = self.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
         self.max_model_len = max_model_len
         self.max_logprobs = max_logprobs
         self.sleep_enabled = enable_sleep_mode
@@ -107,8 +115,10 @@ class VLLMEngine:
             inputs.append({"prompt_token_ids": list(prompt)})
             vparams.append(self._to_vllm(p, min(p.max_tokens, room)))
             keep.append(i)
+        outputs = []
         with self._lock:
-            outputs = self.llm.generate(inputs, vparams, use_tqdm=False) if inputs else []
+            for lo, hi in self._chunks(inputs, vparams):
+                outputs += self.llm.generate(inputs[lo:hi], vparams[lo:hi], use_tqdm=False)
         by_index = dict(zip(keep, outputs, strict=True))
         segs: list[Segment] = []
         for i, p in enumerate(reqs):
@@ -118,6 +128,23 @@ class VLLMEngine:
                 continue
             segs += [self._segment(c, p) for c in out.outputs]
         return segs
+
+    def _chunks(self, inputs: list[dict], vparams: list) -> list[tuple[int, int]]:
+        """Index ranges to submit together: all at once, except seeded batches on CPU, which are
+        split so that every prompt is prefilled whole in the first step (see __init__)."""
+        if not inputs:
+            return []
+        if not (self.on_cpu and any(p.seed is not None for p in vparams)):
+            return [(0, len(inputs))]
+        out, lo, used = [], 0, 0
+        for i, item in enumerate(inputs):
+            need = len(item["prompt_token_ids"]) + 1
+            if i > lo and used + need > self.step_tokens:
+                out.append((lo, i))
+                lo, used = i, 0
+            used += need
+        out.append((lo, len(inputs)))
+        return out
 
     async def agenerate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]

@@ -199,3 +199,13 @@ async def test_agenerate_runs_in_a_thread(hf_engine):
     assert [s.token_ids for s in segs] == [
         s.token_ids for s in hf_engine.generate(prompts, SamplingParams(temperature=0, max_tokens=6))
     ]
+
+
+def test_vllm_seeded_batch_larger_than_one_prefill_step(vllm_engine):
+    # vLLM's default step budget (4096 tokens) would prefill these in chunks, which crashes the CPU
+    # runner for seeded requests; the engine must keep such batches whole
+    prompt = (_prompts(vllm_engine.tokenizer, 1)[0] * 10)[:300]
+    prompts = [[*prompt[:-1], 5 + i] for i in range(24)]
+    segs = vllm_engine.generate(prompts, SamplingParams(max_tokens=3, seed=9))
+    again = vllm_engine.generate(prompts, SamplingParams(max_tokens=3, seed=9))
+    assert len(segs) == 24 and [s.token_ids for s in segs] == [s.token_ids for s in again]

