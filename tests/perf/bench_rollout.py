@@ -1,6 +1,6 @@
 """Rollout benchmark: tool latency hidden behind generation, and engine throughput vLLM vs HF.
 
-    OMP_NUM_THREADS=1 python tests/perf/bench_rollout.py [--rounds 3] [--plot bench_rollout.png]
+    OMP_NUM_THREADS=1 python tests/perf/bench_rollout.py [--rounds 5] [--plot bench_rollout.png]
 
 1. 64 episodes (16 prompts x 4) of a warmed tiny model on ToolEnv math tasks whose tool sleeps
    100 ms per call, against the same episodes with an instant tool (same seeds, so the same
@@ -98,7 +98,7 @@ def throughput(engine, prompts) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--plot", default=None, help="write a PNG bar chart here")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -118,13 +118,17 @@ def main() -> None:
     throughput(hf, prompts[:8])
 
     slow, fast, calls, tps_v, tps_h = [], [], [], [], []
+    tokens: set[int] = set()  # generated tokens per run: one value when seeds make runs identical
     with Progress(console=console, transient=True) as bar:
         job = bar.add_task("rounds", total=args.rounds)
         for _ in range(args.rounds):
-            w, c, _ = asyncio.run(episodes(vllm_engine, 0.1))
+            w, c, n = asyncio.run(episodes(vllm_engine, 0.1))
             slow.append(w)
             calls.append(c)
-            fast.append(asyncio.run(episodes(vllm_engine, 0.0))[0])
+            tokens.add(n)
+            w, _, n = asyncio.run(episodes(vllm_engine, 0.0))
+            fast.append(w)
+            tokens.add(n)
             tps_v.append(throughput(vllm_engine, prompts))
             tps_h.append(throughput(hf, prompts))
             bar.advance(job)
@@ -146,6 +150,11 @@ def main() -> None:
         f"{statistics.median(tps_v) / statistics.median(tps_h):.2f}x",
     )
     console.print(table)
+    console.print(f"generated tokens per 64-episode run: {sorted(tokens)}")
+    console.print(
+        f"per round: slow {[round(x, 2) for x in slow]}, instant {[round(x, 2) for x in fast]}, "
+        f"vLLM tok/s {[round(x) for x in tps_v]}, HF tok/s {[round(x) for x in tps_h]}"
+    )
     if args.plot:
         import matplotlib
 
