@@ -281,9 +281,7 @@ class Learner:
         if precision == "auto":
             precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
         self.accelerator = accelerator or Accelerator(
-            gradient_accumulation_steps=self._micro_batches_per_minibatch(),
-            mixed_precision=precision,
-            step_scheduler_with_optimizer=False,
+            mixed_precision=precision, step_scheduler_with_optimizer=False
         )
         acc = self.accelerator
         self.world, self.rank = acc.num_processes, acc.process_index
@@ -292,6 +290,7 @@ class Learner:
                 f"config: each of the {cfg.num_minibatches} mini-batches must split evenly over "
                 f"{self.world} processes; make mini_batch_prompts a multiple of {self.world}"
             )
+        self._set_accumulation(self._micro_batches_per_minibatch())
         set_seed(cfg.seed + self.rank)
         self.run_dir = Path(cfg.output_dir)
         self.model_path = self._resolve_model_path()
@@ -316,12 +315,21 @@ class Learner:
     # ---- setup --------------------------------------------------------------------------------
 
     def _micro_batches_per_minibatch(self) -> int:
+        """GA: micro-batches per mini-batch on one rank (fixed, so every rank agrees)."""
         cfg = self.config
-        from accelerate import PartialState
-
-        world = PartialState().num_processes
-        per_rank = cfg.prompts_per_step // cfg.num_minibatches // max(world, 1) * self.sequences_per_prompt()
+        per_rank = cfg.prompts_per_step // cfg.num_minibatches // self.world * self.sequences_per_prompt()
         return max(1, math.ceil(per_rank / cfg.micro_batch_size))
+
+    def _set_accumulation(self, steps: int) -> None:
+        acc = self.accelerator
+        acc.gradient_accumulation_steps = steps
+        plugin = getattr(acc.state, "deepspeed_plugin", None)
+        if plugin is not None:  # DeepSpeed accumulates itself: give it the same numbers
+            ds = plugin.deepspeed_config
+            ds["gradient_accumulation_steps"] = steps
+            if ds.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+                ds["train_micro_batch_size_per_gpu"] = self.config.micro_batch_size
+            ds.pop("train_batch_size", None)
 
     def sequences_per_prompt(self) -> int:
         """Trajectories per prompt draw (hook: tree rollouts keep a fixed budget M)."""
