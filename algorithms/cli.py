@@ -45,7 +45,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = build_config(cls.config_class, args.config, args.overrides)
     _check_algo_in_file(args.config, args.algo)
     learner = cls(cfg)
-    learner.train(resume=args.resume)
+    learner.train(resume=args.resume_from or args.resume)
     return 0
 
 
@@ -78,11 +78,12 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--config", default=None, help="YAML preset (configs/*.yaml)")
     p.add_argument(
         "--resume",
-        nargs="?",
+        action="store_const",
         const="auto",
         default=None,
-        help="continue from the newest checkpoint of output_dir (or from the given checkpoint/run dir)",
+        help="continue from the newest checkpoint of output_dir (starts fresh when there is none)",
     )
+    p.add_argument("--resume-from", default=None, help="continue from this checkpoint or run directory")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_train)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,9 +40,9 @@ def _launch(processes: int, model: str, out: str) -> list[dict]:
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, cwd=env["PYTHONPATH"], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    config = json.loads(open(f"{out}/config.json").read())
+    config = json.loads(Path(out, "config.json").read_text())
     assert config["world_size"] == processes
-    return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+    return [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow

@@ -7,13 +7,12 @@ import json
 
 import gymnasium as gym
 import pytest
+from learner_support import SYSTEM_PROMPT
 from transformers import AutoTokenizer
 
 import agent_envs  # noqa: F401
 from algorithms.rollout.tiny_model import build_tiny_model
 from algorithms.sft import gold_trace_examples, jsonl_examples
-
-from learner_support import SYSTEM_PROMPT
 
 
 @pytest.fixture(scope="module")

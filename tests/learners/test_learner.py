@@ -1,0 +1,167 @@
+"""The learner loop in-process: micro-batching does not change the update, the reference model
+exists only with a KL term, DAPO's dynamic sampling and overlong shaping, configs and the CLI.
+
+Rollouts here are scripted (a fixed batch of token ids, masks and rewards per prompt draw), so
+the tests isolate the update and the batch building; real rollouts run in test_distributed.py
+and test_resume.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from algorithms.core.config import build_config
+from algorithms.core.learner import Learner, LearnerConfig, PromptSampler
+from algorithms.dapo import DAPOConfig, DAPOLearner
+from algorithms.rollout.trajectory import Trajectory
+
+# scripted rollouts make no tool calls; the learner rightly warns about that (D23)
+pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
+
+
+def scripted_trajectories(draws, group_size: int, reward_of) -> list[Trajectory]:
+    """G trajectories per draw: random ids, a 3-token tool result (mask 0) in the middle."""
+    out = []
+    for d in draws:
+        g = torch.Generator().manual_seed(d.index)
+        prompt = torch.randint(5, 300, (6 + d.index % 4,), generator=g).tolist()
+        for k in range(group_size):
+            n = 5 + (d.index + k) % 7
+            ids = torch.randint(5, 300, (n,), generator=g).tolist()
+            mask = [1] * n
+            mask[2:5] = [0, 0, 0]
+            lps = [0.0 if m == 0 else -3.0 for m in mask]
+            out.append(Trajectory(prompt_ids=prompt, response_ids=ids, loss_mask=mask, logprobs=lps,
+                                  reward=float(reward_of(d.index, k)), group_id=d.group_id,
+                                  components={"correct": float(reward_of(d.index, k) > 0)}))  # fmt: skip
+    return out
+
+
+class ScriptedMixin:
+    reward_of = staticmethod(lambda index, k: float((index + k) % 2))
+
+    def rollout(self, draws):
+        return scripted_trajectories(draws, self.config.group_size, self.reward_of)
+
+
+class ScriptedGRPO(ScriptedMixin, Learner):
+    pass
+
+
+class ScriptedDAPO(ScriptedMixin, DAPOLearner):
+    pass
+
+
+def _cfg(cls=LearnerConfig, **kw):
+    base = dict(model="tiny", total_steps=1, prompts_per_step=4, group_size=4, lr=1e-3, progress=False,
+                tensorboard=False, export_model=False, max_response_tokens=16)  # fmt: skip
+    base.update(kw)
+    return cls(**base)
+
+
+def _one_step(learner_cls, tmp_path, **kw) -> tuple[dict, dict]:
+    learner = learner_cls(_cfg(output_dir=str(tmp_path), **kw))
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    [metrics] = learner.train()
+    delta = {k: learner.model.state_dict()[k] - before[k] for k in before}
+    return metrics, delta
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_micro_batch_size_does_not_change_the_update(tmp_path, epochs):
+    kw = dict(ppo_epochs=epochs, mini_batch_prompts=2 if epochs == 2 else None, weight_decay=0.0)
+    m_big, d_big = _one_step(ScriptedGRPO, tmp_path / "big", micro_batch_size=16, **kw)
+    m_small, d_small = _one_step(ScriptedGRPO, tmp_path / "small", micro_batch_size=1, **kw)
+    norm = sum(float(v.norm() ** 2) for v in d_big.values()) ** 0.5
+    gap = sum(float((d_big[k] - d_small[k]).norm() ** 2) for k in d_big) ** 0.5
+    assert norm > 1e-3
+    assert gap < 1e-4 * norm, (gap, norm)
+    assert m_big["pg_loss"] == pytest.approx(m_small["pg_loss"], abs=1e-6)
+    assert m_big["entropy"] == pytest.approx(m_small["entropy"], rel=1e-5)
+
+
+def test_reference_model_only_with_kl(tmp_path):
+    assert ScriptedGRPO(_cfg(output_dir=str(tmp_path / "a"))).ref_model is None  # D22
+    learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path / "b"), kl_coef=0.1))
+    assert learner.ref_model is not None
+    [metrics] = learner.train()
+    assert metrics["kl"] == pytest.approx(0.0, abs=1e-6)  # π_θ = π_ref before the first update
+
+
+def test_prompt_sampler_epochs_and_state():
+    s = PromptSampler(5, seed=1)
+    first = s.draw(3) + s.draw(2)
+    assert sorted(first) == [0, 1, 2, 3, 4]
+    s.draw(2)
+    state = s.state_dict()
+    nxt = s.draw(4)
+    t = PromptSampler(5, seed=1)
+    t.load_state_dict(state)
+    assert t.draw(4) == nxt
+
+
+def test_dapo_dynamic_sampling_fills_with_spread_groups(tmp_path):
+    class Half(ScriptedDAPO):
+        # even tasks: every sample right (no spread: dropped); odd tasks: mixed
+        reward_of = staticmethod(lambda index, k: 1.0 if index % 2 == 0 else float(k % 2))
+
+    learner = Half(
+        _cfg(DAPOConfig, output_dir=str(tmp_path), overlong_shaping=False, gen_batch_multiplier=1.0)
+    )
+    trajs, metrics = learner.collect(0)
+    assert len(trajs) == 4 * 4
+    groups = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(t.reward)
+    assert len(groups) == 4 and all(len(set(r)) > 1 for r in groups.values())
+    assert metrics["gen_rounds"] >= 2  # half of each round is dropped, so one round cannot fill it
+    assert 0 < metrics["kept_group_fraction"] < 1
+
+
+def test_dapo_gives_up_after_max_rounds(tmp_path):
+    class Constant(ScriptedDAPO):
+        reward_of = staticmethod(lambda index, k: 1.0)
+
+    learner = Constant(
+        _cfg(DAPOConfig, output_dir=str(tmp_path), max_num_gen_batches=3, overlong_shaping=False)
+    )
+    with pytest.raises(RuntimeError, match=r"after 3 generation rounds .*zero reward spread"):
+        learner.collect(0)
+
+
+def test_dapo_overlong_shaping_on_model_tokens(tmp_path):
+    learner = ScriptedDAPO(
+        _cfg(DAPOConfig, output_dir=str(tmp_path), max_response_tokens=10, overlong_buffer_len=4)
+    )
+    mk = lambda n_model, n_tool: Trajectory(  # noqa: E731
+        prompt_ids=[1], response_ids=[7] * (n_model + n_tool), loss_mask=[1] * n_model + [0] * n_tool,
+        logprobs=[-1.0] * n_model + [0.0] * n_tool, reward=1.0)  # fmt: skip
+    # L_max 10, L_cache 4: free up to 6 model tokens, then −1/4 per token; tool tokens do not count
+    shaped = learner.shape_rewards([mk(6, 3), mk(8, 0), mk(10, 0), mk(4, 20)])
+    assert shaped.tolist() == [1.0, 0.5, 0.0, 1.0]
+    assert learner.config.clip_ratio_high == 0.28 and learner.config.clip_ratio_c == 10.0
+
+
+def test_config_errors_name_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr: 1e-4\nlearning_rate: 3\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: unknown config key 'learning_rate'"):
+        build_config(LearnerConfig, bad)
+    with pytest.raises(ValueError, match=r"'loss_agg_mode'"):
+        build_config(LearnerConfig, None, ["loss_agg_mode=mean"])
+    with pytest.raises(ValueError, match="mini_batch_prompts"):
+        build_config(LearnerConfig, None, ["prompts_per_step=4", "mini_batch_prompts=3"])
+    cfg = build_config(DAPOConfig, "configs/dapo_tiny.yaml", ["lr=2e-4", "env_kwargs.max_tool_calls=2"])
+    assert cfg.lr == 2e-4 and cfg.clip_ratio_high == 0.28 and cfg.env_kwargs["max_tool_calls"] == 2
+    assert "system_prompt" in cfg.env_kwargs
+
+
+def test_cli_parses_train_and_sft():
+    from agent_envs.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--algo", "dapo", "--config", "configs/dapo_tiny.yaml",
+                                      "--resume", "lr=1e-5"])  # fmt: skip
+    assert args.algo == "dapo" and args.resume == "auto" and args.overrides == ["lr=1e-5"]
+    args = build_parser().parse_args(["sft", "steps=10"])
+    assert args.overrides == ["steps=10"] and callable(args.func)
