@@ -23,6 +23,7 @@ _LAZY = {
     "Trajectory": "algorithms.rollout.trajectory",
     "read_jsonl": "algorithms.rollout.trajectory",
     "write_jsonl": "algorithms.rollout.trajectory",
+    "to_jsonl": "algorithms.rollout.trajectory",
     "Path": "algorithms.rollout.runner",
     "run_episodes": "algorithms.rollout.runner",
     "build_tiny_model": "algorithms.rollout.tiny_model",

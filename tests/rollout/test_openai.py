@@ -119,6 +119,23 @@ def test_openai_engine_sync_generate_n_and_seed(vllm_server, hf_engine):
         engine.sync_weights(None)
 
 
+async def test_openai_engine_text_mode_reads_the_same_text(vllm_server, hf_engine):
+    """Text prompts (servers without id prompts): same text; ids are re-encoded (documented caveat)."""
+    engine = OpenAIEngine(vllm_server, "tiny", hf_engine.tokenizer, prompt_mode="text")
+    prompts = _prompts(hf_engine.tokenizer, 3)
+    params = SamplingParams(temperature=0, max_tokens=40, stop=["</python>"])
+    try:
+        segs = await engine.agenerate(prompts, params)
+    finally:
+        await engine.aclose()
+    ref = hf_engine.generate(prompts, params)
+    assert [s.text for s in segs] == [s.text for s in ref]
+    assert [s.finish_reason for s in segs] == [s.finish_reason for s in ref]
+    for seg in segs:
+        assert seg.token_ids == hf_engine.tokenizer(seg.text, add_special_tokens=False)["input_ids"]
+        assert len(seg.logprobs) == len(seg.token_ids)
+
+
 async def test_openai_engine_retries_through_a_flaky_proxy(vllm_server, hf_engine):
     failures = {"left": 2}
 
