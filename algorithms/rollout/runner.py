@@ -276,26 +276,31 @@ async def run_paths(
     tokenizer = engine.tokenizer
     ready = [p for p in paths if p.active]
     pending: set[asyncio.Task] = set()
-    while ready or pending:
-        if ready:
-            batch, ready = ready, []
-            segs = await generate_segments(engine, batch, params, max_response_tokens)
-            for path, seg in zip(batch, segs, strict=True):
-                pending.add(asyncio.create_task(apply_segment(path, seg, tokenizer, max_response_tokens)))
-        if not pending:
-            continue
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if pending and batch_wait_s > 0:
-            # results that land together (same tool latency) should share one engine call
-            more, pending = await asyncio.wait(pending, timeout=batch_wait_s)
-            done |= more
-        for task in done:
-            path = task.result()
-            if path.active:
-                ready.append(path)
-            elif on_finish is not None:
-                on_finish(path)
-        ready.sort(key=lambda p: p.traj_id)
+    try:
+        while ready or pending:
+            if ready:
+                batch, ready = ready, []
+                segs = await generate_segments(engine, batch, params, max_response_tokens)
+                for path, seg in zip(batch, segs, strict=True):
+                    pending.add(asyncio.create_task(apply_segment(path, seg, tokenizer, max_response_tokens)))
+            if not pending:
+                continue
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if pending and batch_wait_s > 0:
+                # results that land together (same tool latency) should share one engine call
+                more, pending = await asyncio.wait(pending, timeout=batch_wait_s)
+                done |= more
+            for task in done:
+                path = task.result()
+                if path.active:
+                    ready.append(path)
+                elif on_finish is not None:
+                    on_finish(path)
+            ready.sort(key=lambda p: p.traj_id)
+    finally:
+        # an engine or env error must not leave env steps running behind the caller's back
+        for task in pending:
+            task.cancel()
     return list(paths)
 
 
