@@ -165,3 +165,16 @@ def test_cli_parses_train_and_sft():
     assert args.algo == "dapo" and args.resume == "auto" and args.overrides == ["lr=1e-5"]
     args = build_parser().parse_args(["sft", "steps=10"])
     assert args.overrides == ["steps=10"] and callable(args.func)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+def test_every_preset_resolves(algo):
+    from pathlib import Path
+
+    from algorithms.cli import learner_class
+
+    presets = sorted(Path("configs").glob(f"{algo}_*.yaml"))
+    assert len(presets) >= 4  # tiny + Qwen2.5-7B / Qwen3-8B / Qwen3-14B
+    for path in presets:
+        cfg = build_config(learner_class(algo).config_class, path)
+        assert cfg.kl_coef == 0.0, path
