@@ -1,0 +1,12 @@
+"""Subcommands of `agent-envs` that live in `baselines`: evaluate, compare, quickstart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baselines import compare, evaluate, quickstart
+
+
+def add_cli(subparsers: Any) -> None:
+    for module in (evaluate, compare, quickstart):
+        module.add_cli(subparsers)
