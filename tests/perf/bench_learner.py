@@ -7,7 +7,9 @@ of B = 4 prompts from the tiny model at T = 1 (no top-k/top-p), score them, comp
 advantages and take one optimizer step (token-mean loss, β = 0, one mini-batch, one epoch).
 Ours runs the real `Learner.train_step` with the HF engine over a tool-less `ToolEnv` (the same
 rendered prompts); TRL runs `GRPOTrainer` (transformers `generate`, no vLLM) on the same prompt
-strings. Blocks of steps alternate A, B, A, B; the ratio is of median step times (target <= 1.0).
+strings. Single steps alternate A, B, A, B (8 each); the ratio is of median step times (target <= 1.0).
+Rewards on both sides are trivial to compute (exact match; a length rule), so the comparison is of
+the learners, not of graders.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 B, G, L = 4, 8, 64
-STEPS_PER_BLOCK, BLOCKS = 3, 2
+STEPS_PER_BLOCK, BLOCKS = 1, 8
 QUESTIONS = [f"What is {a} * {b}?" for a, b in ((12, 34), (56, 78), (91, 23), (45, 67), (89, 10), (11, 21))]
 
 
@@ -39,7 +41,7 @@ def build_ours(model_path: str, out: str):
     from agent_envs.core.task import Task
     from algorithms.core.learner import Learner, LearnerConfig
 
-    tasks = [Task(id=f"q{i}", question=q, answers=["0"], reward="math") for i, q in enumerate(QUESTIONS)]
+    tasks = [Task(id=f"q{i}", question=q, answers=["0"], reward="exact") for i, q in enumerate(QUESTIONS)]
     cfg = LearnerConfig(
         model=model_path, output_dir=out, prompts_per_step=B, group_size=G, max_response_tokens=L,
         micro_batch_size=B * G, lr=1e-6, total_steps=10_000, progress=False, tensorboard=False,
