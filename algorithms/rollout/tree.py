@@ -16,7 +16,8 @@ Per prompt, with a global budget of M trajectories (spec §6.4):
 
 Exactly M trajectories per prompt come back (initial paths, then forks and top-ups in creation
 order), each with its lineage: `traj_id`, `parent_id`, `branch_offset`, and `lineage` (root id,
-depth, kind). Everything a call needs is created in that call (no state carries over, defect D1);
+depth, kind, H_init, and `segment_entropy`: H_seg of every generated segment, aligned with
+`segment_starts`, so the entropy of the first k tokens after each tool result). Everything a call needs is created in that call (no state carries over, defect D1);
 with the same `seed`, two calls make the same decisions. Evaluation never branches.
 
     >>> import asyncio
@@ -140,6 +141,7 @@ class _Node:
     h_init: float | None = None
     consecutive: int = 0
     born_at: int | None = None  # response offset where this fork was created (not eligible there)
+    seg_h: list[float | None] = field(default_factory=list)  # H_seg of each segment, by segment_starts
 
 
 @dataclass
@@ -304,6 +306,7 @@ class TreeRollout:
             # branch decisions, per prompt in ascending path id (they are created in that order)
             for nd, seg in zip(active, segs, strict=True):
                 h = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+                nd.seg_h.append(h)
                 start = nd.path.segment_starts[-1]
                 if start == 0:
                     nd.h_init = h
@@ -336,7 +339,7 @@ class TreeRollout:
                 )
             for nd in kept:
                 stats[i].tool_calls += _executed_calls(nd.path)
-                nd.path.lineage.update(kind=nd.kind, h_init=nd.h_init)
+                nd.path.lineage.update(kind=nd.kind, h_init=nd.h_init, segment_entropy=list(nd.seg_h))
                 out.append(nd.path.to_trajectory())
                 kept_paths.append(nd.path)
         return TreeRolloutResult(out, stats, kept_paths)
@@ -404,7 +407,10 @@ class TreeRollout:
             if not decide_branch(rng, delta_h, rule, streak):
                 continue
             child = path.fork(path.group_id * ID_STRIDE + len(nodes[i]), at_boundary=True)
-            nodes[i].append(_Node(child, i, "fork", h_init=nd.h_init, born_at=path.boundary_offset))
+            seg_h = nd.seg_h[: len(child.segment_starts)]  # the entropies of the shared segments
+            nodes[i].append(
+                _Node(child, i, "fork", h_init=nd.h_init, born_at=path.boundary_offset, seg_h=seg_h)
+            )
             used[i] += 1
             st.forks += 1
             made += 1

@@ -48,6 +48,9 @@ def check_tree(res, m=M):
         # the env state at the branch point is the parent's: the same episode segments up to there
         n_env = 2 * sum(1 for s in parent.segment_starts if s < b)
         assert path.env.get_state().segments[:n_env] == ppath.env.get_state().segments[:n_env]
+        n_seg = n_env // 2  # and the entropies of the shared segments, H_init included
+        assert t.lineage["segment_entropy"][:n_seg] == parent.lineage["segment_entropy"][:n_seg]
+        assert t.lineage["h_init"] == parent.lineage["h_init"]
         assert t.lineage["depth"] == parent.lineage["depth"] + 1
         assert t.lineage["root_id"] == parent.lineage["root_id"]
         assert t.lineage["kind"] == "fork"

@@ -63,6 +63,13 @@ def test_decision_uses_the_reaction_to_that_result_and_answers_are_eligible(toke
         first_result_end = parent.segment_starts[1]
         assert f.branch_offset == first_result_end
         assert f.response_ids[: f.branch_offset] == parent.response_ids[: f.branch_offset]
+    # per trajectory: H_init and the entropy after each result (scaled_mean, constant positions)
+    log_v = math.log(vocab)
+    for tr in res.trajectories:
+        assert tr.lineage["h_init"] == pytest.approx(K * h0 / log_v)
+        assert tr.lineage["segment_entropy"] == pytest.approx(
+            [K * h0 / log_v, K * hi / log_v, K * lo / log_v]
+        )
     # branch points: both sources at results 1 and 2, the four forks at result 2 (not at their birth)
     assert sorted(res.prompts[0].delta_h) == pytest.approx([-3.0] * 6 + [3.0] * 2)
 
