@@ -24,6 +24,7 @@ quickstart: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(VENV)/bin/agent-envs quickstart
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 
 lint: $(STAMP)
