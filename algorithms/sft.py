@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_envs.data.jsonl import iter_json_objects
 from algorithms.core.config import config_dict
 from algorithms.core.run_log import RunLogger
 
@@ -177,27 +178,14 @@ def _turns_example(row: dict, tokenizer: Any, where: str) -> Example:
 
 def jsonl_examples(path: str | os.PathLike, tokenizer: Any) -> list[Example]:
     """Episodes from a user JSONL file (see the module docstring for the two accepted forms)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SFT data file {path} not found")
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object")
-            if "messages" in row:
-                out.append(_messages_example(row, tokenizer, where))
-            elif "prompt" in row:
-                out.append(_turns_example(row, tokenizer, where))
-            else:
-                raise ValueError(f"{where}: expected 'messages' or 'prompt' + 'turns'")
+    for where, _, row in iter_json_objects(path, "SFT data file"):
+        if "messages" in row:
+            out.append(_messages_example(row, tokenizer, where))
+        elif "prompt" in row:
+            out.append(_turns_example(row, tokenizer, where))
+        else:
+            raise ValueError(f"{where}: expected 'messages' or 'prompt' + 'turns'")
     if not out:
         raise ValueError(f"{path}: no episodes")
     return out

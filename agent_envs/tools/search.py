@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from agent_envs.core.protocol import MESSAGES
+from agent_envs.data.jsonl import iter_json_objects
 from agent_envs.tools.base import Tool, ToolResult
 from agent_envs.tools.cache import ToolCache
 from agent_envs.tools.http_client import (
@@ -118,25 +119,14 @@ def parse_doc(row: Any, where: str) -> dict[str, str]:
 
 def load_corpus(path: str | os.PathLike) -> list[dict[str, str]]:
     """Read a corpus JSONL into [{id, title, text}], with errors naming the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {path} not found")
     docs: list[dict[str, str]] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-            doc = parse_doc(row, where)
-            if doc["id"] in seen:
-                raise ValueError(f"{where}: duplicate id {doc['id']!r} (first on line {seen[doc['id']]})")
-            seen[doc["id"]] = lineno
-            docs.append(doc)
+    for where, lineno, row in iter_json_objects(path, "corpus file"):
+        doc = parse_doc(row, where)
+        if doc["id"] in seen:
+            raise ValueError(f"{where}: duplicate id {doc['id']!r} (first on line {seen[doc['id']]})")
+        seen[doc["id"]] = lineno
+        docs.append(doc)
     if not docs:
         raise ValueError(f"corpus file {path} has no passages")
     return docs

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agent_envs.data.jsonl import iter_json_objects
+
 
 @dataclass
 class Trajectory:
@@ -116,21 +118,7 @@ def write_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: bo
 
 def read_jsonl(path: str | Path) -> list[Trajectory]:
     """Read trajectories back; a bad line raises ValueError naming the file and line."""
-    path = Path(path)
-    out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            out.append(Trajectory.from_dict(row, where))
-    return out
+    return [Trajectory.from_dict(row, where) for where, _, row in iter_json_objects(path, "trajectory file")]
 
 
 to_jsonl = write_jsonl

@@ -130,11 +130,11 @@ def test_a_torn_index_cache_is_rebuilt(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("{not json", r"c.jsonl:2: invalid JSON"),
+        ("{not json", r"c.jsonl:2: not valid JSON"),
         ('{"title": "x", "text": "y"}', r"c.jsonl:2: corpus row has no 'id'"),
         ('{"id": "q", "title": "x"}', r"c.jsonl:2: corpus row 'q' has neither a 'text' nor a 'contents'"),
         ('{"id": "a", "text": "dup"}', r"c.jsonl:2: duplicate id 'a' \(first on line 1\)"),
-        ("[1, 2]", r"c.jsonl:2: a corpus row must be a JSON object"),
+        ("[1, 2]", r"c.jsonl:2: expected a JSON object"),
     ],
 )
 def test_bad_corpus_rows_name_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
