@@ -57,20 +57,22 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
               f"tool calls {metrics['tool_calls']:.2f}", flush=True)
         return {"label": name, **metrics}
 
+    cls = learner_class(algo)
+    rl_overrides = [f"output_dir={root / algo}", "save_every=0"] + ([f"total_steps={rl_steps}"] if rl_steps else [])
+    temp = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", rl_overrides).temperature
+    sampled = f"T={temp:g}, 4 samples"  # the temperature RL samples at
+
     rows = [evaluation("base (greedy)", base)]
     stage("SFT")
     sft = Path(run_sft(sft_cfg)["model"])
     rows.append(evaluation("SFT (greedy)", sft))
-    rows.append(evaluation("SFT (T=1, 4 samples)", sft, n=4, temperature=1.0))
+    rows.append(evaluation(f"SFT ({sampled})", sft, n=4, temperature=temp))
     stage(algo.upper())
-    cls = learner_class(algo)
-    rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml",
-                          [f"model={sft}", f"output_dir={root / algo}", "save_every=0"]
-                          + ([f"total_steps={rl_steps}"] if rl_steps else []))
+    rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", [f"model={sft}", *rl_overrides])
     cls(rl_cfg).train()
     rl = root / algo / "final_model"
     rows.append(evaluation(f"{algo.upper()} (greedy)", rl))
-    rows.append(evaluation(f"{algo.upper()} (T=1, 4 samples)", rl, n=4, temperature=1.0))
+    rows.append(evaluation(f"{algo.upper()} ({sampled})", rl, n=4, temperature=temp))
     timings["done"] = time.perf_counter()
 
     names = list(timings)
