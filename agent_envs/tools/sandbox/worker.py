@@ -237,6 +237,9 @@ def _python_dirs() -> list[str]:
     return sorted({os.path.realpath(p) for p in candidates if os.path.isdir(p)}, key=len)
 
 
+UNDER_TMP: list[str] = []  # bound directories that live below /tmp (set by build_readonly_root)
+
+
 def build_readonly_root(extra_binds: list[str]) -> None:
     """pivot_root into a tmpfs holding read-only binds of the system and Python directories.
 
@@ -252,6 +255,9 @@ def build_readonly_root(extra_binds: list[str]) -> None:
     for path in sorted({os.path.realpath(p) for p in [*wanted, *_python_dirs(), *extra_binds]}, key=len):
         if os.path.exists(path) and not any(path == b or path.startswith(b + "/") for b in binds):
             binds.append(path)
+    # Per-call tmpfs mounts on /tmp would hide these (e.g. a checkout and its venv under /tmp):
+    # children bind them again on top of their tmpfs.
+    UNDER_TMP[:] = [p for p in binds if p.startswith("/tmp/")]
     # Open the sources before the new root's tmpfs covers /tmp (a source may live there).
     sources = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC), _locked_flags(path)) for path in binds]
     dev_fds = {
@@ -443,8 +449,21 @@ def _child(
         os.setsid()
         if iso.mount:
             unshare(CLONE_NEWNS)
+            kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC), _locked_flags(p)) for p in UNDER_TMP]
             mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0777,size={req['fsize_mb'] + 1}m")
+            for path, fd, locked in kept:  # the Python install stays visible (read-only) above the tmpfs
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "w").close()
+                _bind_readonly(fd, locked, path)
+                os.close(fd)
             workdir = "/tmp"
+            if kept:  # keep the working directory itself empty of those mount points
+                workdir = "/tmp/work"
+                os.mkdir(workdir)
+                os.chmod(workdir, 0o777)  # the code may run as another uid; mkdir's mode is umasked
         if iso.pid and iso.mount:
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         os.chdir(workdir)
