@@ -11,8 +11,10 @@ CPU ranks through torchrun, which the test checks (world_size in config.json).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,8 @@ ARGS = [
 
 
 def _launch(processes: int, model: str, out: str) -> list[dict]:
-    accelerate = shutil.which("accelerate")
+    # the CLI installed beside this interpreter (the venv need not be on PATH)
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
     assert accelerate, "the accelerate CLI is not installed in this environment"
     mode = ["--multi_gpu"] if processes > 1 else ["--cpu"]
     env = cli_env()
