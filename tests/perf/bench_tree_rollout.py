@@ -1,10 +1,12 @@
 """Tree-rollout benchmark: ARPO's branching against flat GRPO sampling at the same number of trajectories.
 
     OMP_NUM_THREADS=1 python tests/perf/bench_tree_rollout.py [--prompts 8] [--rounds 3] [--model DIR]
+        [--env AgentQA-v0 --env-kwargs '{"world": {"min_hops": 2}}' --budget 900]
         [--plot docs/images/bench_tree_rollout.png]
 
-Both sides roll out M = 16 trajectories for each of the same prompts of the arithmetic world
-(`AgentMath-v0`, real python sandbox), with the same engine: the tiny model on the vLLM CPU engine,
+Both sides roll out M = 16 trajectories for each of the same prompts of one env (default the
+arithmetic world `AgentMath-v0`, real python sandbox, one call per episode; `--env` takes any
+registered id, e.g. the multi-hop knowledge world `AgentQA-v0`), with the same engine: the tiny model on the vLLM CPU engine,
 in-process, prefix caching on. A = flat GRPO (16 independent episodes per prompt, the runner);
 B = ARPO's tree (N = 8 initial paths, Z = 2, α = 0.5, β = 0.2, k = 20, K = 10; forks after tool
 results, top-ups to exactly 16). The prefix cache is reset before every run, A and B alternate,
@@ -18,7 +20,9 @@ and each round uses a new seed. Measured per run:
 
 Targets (issue): B/A ≤ 0.7 for prefill and ≤ 0.6 for tool calls per trajectory. The default model
 is the rollout builder's warmed-up tiny model (`warmup_steps=150`: it writes the tag protocol);
-`--model` takes an SFT checkpoint instead (e.g. runs/sft_tiny/final_model).
+`--model` takes an SFT checkpoint instead (e.g. runs/sft_tiny/final_model). `--env-kwargs` (JSON)
+overrides the env defaults (the warm-up system prompt, `max_tool_calls=3`); `--budget` is the
+response token budget per episode (search results are long: 2-hop QA episodes need ~800).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -41,23 +46,18 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 M, N = 16, 8
-BUDGET = 160  # response tokens per episode (model and tool tokens)
 
 
-def make_env_factory(tokenizer):
+def make_env_factory(tokenizer, env_id: str, env_kwargs: dict, budget: int):
     import gymnasium as gym
 
     import agent_envs  # noqa: F401  (registers the ids)
     from algorithms.rollout.tiny_model import WARMUP_SYSTEM_PROMPT
 
+    kwargs = {"system_prompt": WARMUP_SYSTEM_PROMPT, "max_tool_calls": 3, **env_kwargs}
+
     def make():
-        return gym.make(
-            "AgentMath-v0",
-            tokenizer=tokenizer,
-            system_prompt=WARMUP_SYSTEM_PROMPT,
-            max_tool_calls=3,
-            max_response_tokens=BUDGET,
-        ).unwrapped
+        return gym.make(env_id, tokenizer=tokenizer, max_response_tokens=budget, **kwargs).unwrapped
 
     return make
 
@@ -71,18 +71,18 @@ def prefill_counters(engine) -> tuple[float, float]:
     return s.get("prefix_cache_queries", 0.0), s.get("prefix_cache_hits", 0.0)
 
 
-async def flat(engine, make_env, params, prompts: list[int], seed: int):
+async def flat(engine, make_env, params, prompts: list[int], seed: int, budget: int):
     from algorithms.rollout.runner import run_paths, start_group
 
     paths = []
     for g, idx in enumerate(prompts):
         paths += start_group(make_env(), engine.tokenizer, g, M, g * M, seed=seed + g, options={"index": idx})
-    await run_paths(engine, paths, params, BUDGET)
+    await run_paths(engine, paths, params, budget)
     trajs = [p.to_trajectory() for p in paths]
     return trajs, sum(sum(t.loss_mask) for t in trajs), executed_calls(paths)
 
 
-async def tree(engine, make_env, params, prompts: list[int], seed: int, alpha: float):
+async def tree(engine, make_env, params, prompts: list[int], seed: int, budget: int, alpha: float):
     from algorithms.rollout.tree import TreeConfig, TreeRollout
 
     t = TreeRollout(engine, TreeConfig(n=M, initial_rollouts=N, branch_probability=alpha))
@@ -90,7 +90,7 @@ async def tree(engine, make_env, params, prompts: list[int], seed: int, alpha: f
         make_env,
         params,
         tasks=prompts,
-        max_response_tokens=BUDGET,
+        max_response_tokens=budget,
         seeds=[seed + g for g in range(len(prompts))],
     )
     gen = sum(p.generated_tokens + p.overhead_tokens for p in res.prompts)
@@ -128,6 +128,9 @@ def main() -> None:
     ap.add_argument("--plot", default=None, help="write a PNG of the ratios here")
     ap.add_argument("--block-size", type=int, default=32, help="vLLM KV block size in tokens")
     ap.add_argument("--alpha", type=float, default=0.5, help="ARPO base branch probability α")
+    ap.add_argument("--env", default="AgentMath-v0", help="registered env id")
+    ap.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON env kwargs (override defaults)")
+    ap.add_argument("--budget", type=int, default=160, help="response tokens per episode (model and tool)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -138,12 +141,13 @@ def main() -> None:
     model = args.model or str(build_tiny_model(warmup_steps=150))
     # small KV blocks (GPUs use 16; the CPU kernels need a multiple of 32 and default to 128, which caches
     # almost nothing of ~200-token episodes); only whole blocks are served from the prefix cache
-    engine = VLLMEngine(model, dtype="float32", max_model_len=1024, seed=0, block_size=args.block_size)
-    make_env = make_env_factory(engine.tokenizer)
+    max_len = max(1024, args.budget + 256)  # room for the prompt
+    engine = VLLMEngine(model, dtype="float32", max_model_len=max_len, seed=0, block_size=args.block_size)
+    make_env = make_env_factory(engine.tokenizer, args.env, args.env_kwargs, args.budget)
     n_tasks = len(make_env().tasks)
-    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=BUDGET, seed=0)
-    # warm the engine and the sandbox once, outside the measurements
-    asyncio.run(flat(engine, make_env, params, [0], seed=999))
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=args.budget, seed=0)
+    # warm the engine and the tools once, outside the measurements
+    asyncio.run(flat(engine, make_env, params, [0], 999, args.budget))
 
     k = 10  # the top-K log-probs ARPO requests for its entropy
     rows: dict[str, list[dict[str, float]]] = {"flat GRPO": [], f"flat, logprobs={k}": [], "ARPO tree": []}
@@ -153,22 +157,21 @@ def main() -> None:
             prompts = [(1_000 * r + 97 * i) % n_tasks for i in range(args.prompts)]
             seed = 10_000 * (r + 1)
             params_r = params.with_(seed=seed)
-            rows["flat GRPO"].append(measure(engine, flat, engine, make_env, params_r, prompts, seed))
+            common = (engine, make_env, params_r, prompts, seed, args.budget)
+            rows["flat GRPO"].append(measure(engine, flat, *common))
             bar.advance(job)
             params_k = params_r.with_(logprobs=k)
             rows[f"flat, logprobs={k}"].append(
-                measure(engine, flat, engine, make_env, params_k, prompts, seed)
+                measure(engine, flat, engine, make_env, params_k, prompts, seed, args.budget)
             )
             bar.advance(job)
-            rows["ARPO tree"].append(
-                measure(engine, tree, engine, make_env, params_r, prompts, seed, args.alpha)
-            )
+            rows["ARPO tree"].append(measure(engine, tree, *common, args.alpha))
             bar.advance(job)
 
     keys = ["prefill_computed", "prefill_submitted", "generated", "tool_calls_per_traj", "wall_s", "reward"]
     console = Console()
     table = Table(
-        title=f"{args.prompts} prompts x M={M}, {args.rounds} rounds (mean per run), vLLM CPU, 1 thread"
+        title=f"{args.env}: {args.prompts} prompts x M={M}, {args.rounds} rounds (mean per run), vLLM CPU"
     )
     table.add_column("metric")
     for name in rows:
