@@ -90,14 +90,13 @@ def correctness(
             comps["correct"] = comps["em"]
         return comps
     except Exception as e:  # graders never raise (spec 6.2)
-        return {
-            "pred": None,
-            "em": 0.0,
-            "f1": 0.0,
-            "acc": 0.0,
-            "correct": 0.0,
-            "grader_error": f"{type(e).__name__}: {e}",
-        }
+        return _grader_failure(e)
+
+
+def _grader_failure(exc: Exception) -> dict[str, Any]:
+    """Components of a grader that raised: wrong, with the error named (graders never raise)."""
+    return {"pred": None, "em": 0.0, "f1": 0.0, "acc": 0.0, "correct": 0.0,
+            "grader_error": f"{type(exc).__name__}: {exc}"}
 
 
 async def acorrectness(
@@ -121,14 +120,7 @@ async def acorrectness(
             _apply_verdict(comps, verdict)
             return comps
     except Exception as e:
-        return {
-            "pred": None,
-            "em": 0.0,
-            "f1": 0.0,
-            "acc": 0.0,
-            "correct": 0.0,
-            "grader_error": f"{type(e).__name__}: {e}",
-        }
+        return _grader_failure(e)
     return correctness(task, response, None, math_timeout)
 
 
