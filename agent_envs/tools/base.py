@@ -70,7 +70,9 @@ class Tool(ABC):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool bug must become an observation, not a crashed rollout
-            result = ToolResult(text=f"{self.name} failed: {type(exc).__name__}: {exc}", ok=False, error="exception")
+            result = ToolResult(
+                text=f"{self.name} failed: {type(exc).__name__}: {exc}", ok=False, error="exception"
+            )
         if not result.latency_s:
             result.latency_s = time.perf_counter() - start
         return result

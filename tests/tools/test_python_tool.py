@@ -17,6 +17,7 @@ from agent_envs.tools import PythonTool
 from agent_envs.tools.python import truncate_middle
 from agent_envs.tools.sandbox import SandboxConfig
 from agent_envs.tools.sandbox.docker import DockerSandbox
+from agent_envs.tools.sandbox.local import LocalSandbox
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,37 @@ def test_syntax_error_and_system_exit(tool):
     assert res.ok and "SyntaxError" in res.text and "line 1" in res.text
     assert tool.run("import sys\nprint('x')\nsys.exit(3)").metadata["exit_code"] == 3
     assert tool.run("import sys\nprint('x')\nsys.exit(0)").text == "x"
+
+
+def test_exit_status_without_a_report_comes_from_the_kernel(tool):
+    # os._exit and signals skip the child's status report: the worker falls back to waitpid.
+    assert tool.run("import os\nprint('x', flush=True)\nos._exit(4)").metadata["exit_code"] == 4
+    # A fault the kernel raises (pid 1 of a pid namespace ignores signals it sends itself).
+    res = tool.run("import ctypes\nctypes.string_at(0)")
+    assert res.metadata["exit_code"] == -11 and "SIGSEGV" in res.text
+    assert tool.run("import sys\nsys.exit(300)").metadata["exit_code"] == 300 & 0xFF  # as `python -c`
+
+
+def test_large_and_odd_code_reaches_the_prepared_child(tool):
+    # Larger than a pipe buffer (the child reads while the worker writes); non-ASCII; a lone
+    # surrogate, which Python cannot compile: an error the model reads, not a failed call.
+    assert tool.run("x = '" + "a" * 200_000 + "'\nlen(x)").text == "200000"
+    assert tool.run("len('é😀')").text == "2"
+    res = tool.run("len('\ud800')")
+    assert res.ok and res.error is None and "surrogates not allowed" in res.text
+
+
+def test_per_call_timeout_override_gets_its_own_child():
+    sandbox = LocalSandbox(SandboxConfig(timeout_s=5.0, pool_size=1))
+    try:
+        assert sandbox.execute("print(1)").stdout == "1\n"  # the next child is prepared for 5 s
+        start = time.monotonic()
+        res = sandbox.execute("import time\ntime.sleep(3)", timeout_s=0.5)
+        assert res.timed_out and time.monotonic() - start < 2.0
+        res = sandbox.execute("import time\ntime.sleep(1)\nprint('done')")
+        assert (res.timed_out, res.stdout) == (False, "done\n")
+    finally:
+        sandbox.close()
 
 
 def test_preamble_is_bound_and_stateless_between_calls(tool):
