@@ -2,14 +2,16 @@
 
     OMP_NUM_THREADS=1 python tests/perf/bench_tree_rollout.py [--prompts 8] [--rounds 3] [--model DIR]
         [--env AgentQA-v0 --env-kwargs '{"world": {"min_hops": 2}}' --budget 900]
+        [--initial 8] [--beam 2] [--alpha 0.5] [--temperature 0.6]
         [--plot docs/images/bench_tree_rollout.png]
 
 Both sides roll out M = 16 trajectories for each of the same prompts of one env (default the
 arithmetic world `AgentMath-v0`, real python sandbox, one call per episode; `--env` takes any
 registered id, e.g. the multi-hop knowledge world `AgentQA-v0`), with the same engine: the tiny model on the vLLM CPU engine,
 in-process, prefix caching on. A = flat GRPO (16 independent episodes per prompt, the runner);
-B = ARPO's tree (N = 8 initial paths, Z = 2, α = 0.5, β = 0.2, k = 20, K = 10; forks after tool
-results, top-ups to exactly 16). The prefix cache is reset before every run, A and B alternate,
+B = ARPO's tree (by default the paper's N = 8 initial paths, Z = 2, α = 0.5, β = 0.2, k = 20,
+K = 10; forks after tool results, top-ups to exactly 16; `--initial`, `--beam` and `--alpha` change
+the tree's shape). The prefix cache is reset before every run, A and B alternate,
 and each round uses a new seed. Measured per run:
 
 * prefill tokens actually computed: prompt tokens the engine was asked for minus those served
@@ -45,7 +47,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-M, N = 16, 8
+M = 16
 
 
 def make_env_factory(tokenizer, env_id: str, env_kwargs: dict, budget: int):
@@ -82,10 +84,10 @@ async def flat(engine, make_env, params, prompts: list[int], seed: int, budget: 
     return trajs, sum(sum(t.loss_mask) for t in trajs), executed_calls(paths)
 
 
-async def tree(engine, make_env, params, prompts: list[int], seed: int, budget: int, alpha: float):
+async def tree(engine, make_env, params, prompts: list[int], seed: int, budget: int, shape: dict):
     from algorithms.rollout.tree import TreeConfig, TreeRollout
 
-    t = TreeRollout(engine, TreeConfig(n=M, initial_rollouts=N, branch_probability=alpha))
+    t = TreeRollout(engine, TreeConfig(n=M, **shape))
     res = await t.arollout(
         make_env,
         params,
@@ -94,8 +96,12 @@ async def tree(engine, make_env, params, prompts: list[int], seed: int, budget: 
         seeds=[seed + g for g in range(len(prompts))],
     )
     gen = sum(p.generated_tokens + p.overhead_tokens for p in res.prompts)
-    forks = sum(p.forks for p in res.prompts)
-    return res.trajectories, gen, sum(p.tool_calls for p in res.prompts), forks
+    shape = {
+        "forks": sum(p.forks for p in res.prompts),
+        "topups": sum(p.topups for p in res.prompts),
+        "delta_h": [d for p in res.prompts for d in p.delta_h],
+    }
+    return res.trajectories, gen, sum(p.tool_calls for p in res.prompts), shape
 
 
 def measure(engine, fn, *args) -> dict[str, float]:
@@ -116,7 +122,10 @@ def measure(engine, fn, *args) -> dict[str, float]:
         "reward": statistics.fmean(t.reward for t in trajs),
     }
     if len(out) > 3:
-        row["forks_per_prompt"] = out[3] / (len(trajs) / M)
+        groups = len(trajs) / M
+        row["forks_per_prompt"] = out[3]["forks"] / groups
+        row["topups_per_prompt"] = out[3]["topups"] / groups
+        row["mean_delta_h"] = statistics.fmean(out[3]["delta_h"]) if out[3]["delta_h"] else float("nan")
     return row
 
 
@@ -128,6 +137,9 @@ def main() -> None:
     ap.add_argument("--plot", default=None, help="write a PNG of the ratios here")
     ap.add_argument("--block-size", type=int, default=32, help="vLLM KV block size in tokens")
     ap.add_argument("--alpha", type=float, default=0.5, help="ARPO base branch probability α")
+    ap.add_argument("--initial", type=int, default=8, help="ARPO initial rollouts N (of M = 16)")
+    ap.add_argument("--beam", type=int, default=2, help="ARPO beam size Z (forks per source ≤ Z − 1)")
+    ap.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (the tiny presets train at 0.6)")
     ap.add_argument("--env", default="AgentMath-v0", help="registered env id")
     ap.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON env kwargs (override defaults)")
     ap.add_argument("--budget", type=int, default=160, help="response tokens per episode (model and tool)")
@@ -145,11 +157,12 @@ def main() -> None:
     engine = VLLMEngine(model, dtype="float32", max_model_len=max_len, seed=0, block_size=args.block_size)
     make_env = make_env_factory(engine.tokenizer, args.env, args.env_kwargs, args.budget)
     n_tasks = len(make_env().tasks)
-    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=args.budget, seed=0)
+    params = SamplingParams(temperature=args.temperature, top_p=1.0, top_k=-1, max_tokens=args.budget, seed=0)
     # warm the engine and the tools once, outside the measurements
     asyncio.run(flat(engine, make_env, params, [0], 999, args.budget))
 
     k = 10  # the top-K log-probs ARPO requests for its entropy
+    shape = {"initial_rollouts": args.initial, "beam_size": args.beam, "branch_probability": args.alpha}
     rows: dict[str, list[dict[str, float]]] = {"flat GRPO": [], f"flat, logprobs={k}": [], "ARPO tree": []}
     with Progress(transient=True) as bar:
         job = bar.add_task("rounds (A, A', B alternate)", total=3 * args.rounds)
@@ -165,13 +178,14 @@ def main() -> None:
                 measure(engine, flat, engine, make_env, params_k, prompts, seed, args.budget)
             )
             bar.advance(job)
-            rows["ARPO tree"].append(measure(engine, tree, *common, args.alpha))
+            rows["ARPO tree"].append(measure(engine, tree, *common, shape))
             bar.advance(job)
 
     keys = ["prefill_computed", "prefill_submitted", "generated", "tool_calls_per_traj", "wall_s", "reward"]
     console = Console()
     table = Table(
-        title=f"{args.env}: {args.prompts} prompts x M={M}, {args.rounds} rounds (mean per run), vLLM CPU"
+        title=f"{args.env}: {args.prompts} prompts x M={M} (tree N={args.initial}, Z={args.beam}, "
+        f"α={args.alpha}), T={args.temperature}, {args.rounds} rounds (mean per run), vLLM CPU"
     )
     table.add_column("metric")
     for name in rows:
@@ -182,8 +196,9 @@ def main() -> None:
         means = [statistics.fmean(x[key] for x in rows[name]) for name in rows]
         ratios[key] = means[-1] / means[0] if means[0] else float("nan")
         table.add_row(key, *(f"{m:.3g}" for m in means), f"{ratios[key]:.2f}")
-    forks = statistics.fmean(x["forks_per_prompt"] for x in rows["ARPO tree"])
-    table.add_row("forks per prompt", "-", "-", f"{forks:.2f}", "")
+    for key in ("forks_per_prompt", "topups_per_prompt", "mean_delta_h"):
+        value = statistics.fmean(x[key] for x in rows["ARPO tree"])
+        table.add_row(key.replace("_", " ").replace("delta h", "ΔH after tool results"), "-", "-", f"{value:.2f}", "")
     console.print(table)
     for key, target in (("prefill_computed", 0.7), ("tool_calls_per_traj", 0.6)):
         verdict = "meets" if ratios[key] <= target else "misses"
@@ -213,7 +228,7 @@ def main() -> None:
         ax.plot([-0.4, 0.4], [0.7, 0.7], "r--", lw=1)
         ax.plot([1.6, 2.4], [0.6, 0.6], "r--", lw=1)
         ax.set_ylabel("ARPO tree / flat GRPO")
-        ax.set_title(f"same {M} trajectories per prompt (red: targets)")
+        ax.set_title(f"{args.env}: same {M} trajectories per prompt (red: targets)", fontsize=10)
         fig.tight_layout()
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.plot, dpi=120)
