@@ -2,11 +2,12 @@
 
 Each worker (`worker.py`, started lazily with a scrubbed environment) imports the preamble once and
 enters its own network, mount, pid, IPC and UTS namespaces (plus a user namespace when not root),
-behind a read-only root made of bind mounts of the system and Python directories. Every call forks
-a child that is pid 1 of a fresh pid namespace, with a fresh /proc and a fresh tmpfs working
+behind a read-only root made of bind mounts of the system and Python directories. Every call runs
+in a child that is pid 1 of a fresh pid namespace, with a fresh /proc and a fresh tmpfs working
 directory, rlimits (address space, CPU, processes, file size, open files), no capabilities (or an
-unprivileged uid when run as root) and no inherited file descriptors. The deadline kills the call's
-pid namespace; everything is reaped. Where the kernel refuses a namespace the worker falls back to
+unprivileged uid when run as root) and no inherited file descriptors; the worker forks and isolates
+it before the request arrives, so a call costs about as much as the code itself. The deadline kills
+the call's pid namespace; everything is reaped. Where the kernel refuses a namespace the worker falls back to
 what remains and this module logs, once, which guarantee is weaker.
 
     >>> sandbox = LocalSandbox(SandboxConfig(timeout_s=2, pool_size=1, preamble=("math",)))
