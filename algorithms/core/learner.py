@@ -110,6 +110,10 @@ class LearnerConfig:
     wandb_project: str = "agent-envs"
     progress: bool = True
     save_trajectories: bool = False  # write each step's trajectories to <output_dir>/trajectories/
+    # validation: greedy, one episode per task (spec §3.3), before training, every `eval_every` RL
+    # steps and at the end; logged as eval/* metrics
+    eval_every: int = 0  # 0: off
+    eval_episodes: int = 32  # the env's last tasks, held out from training draws
     export_model: bool = True  # save_pretrained the final policy to <output_dir>/final_model
 
     def validate(self) -> None:
@@ -150,6 +154,8 @@ class LearnerConfig:
         need(self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c", "must be > 1 or null")
         need(self.rollout_is in ("none", "tis"), "rollout_is", "must be none or tis")
         need(self.save_every >= 0, "save_every", "must be >= 0")
+        need(self.eval_every >= 0, "eval_every", "must be >= 0")
+        need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
 
     @property
     def num_minibatches(self) -> int:
@@ -308,7 +314,15 @@ class Learner:
             self.ref_model = acc.prepare_model(self.ref_model, evaluation_mode=True)
         self.env_factory = env_factory or self._default_env_factory
         self.engine = engine if engine is not None else self._make_engine()
-        self.sampler = PromptSampler(self._num_tasks(), cfg.seed)
+        num_tasks = self._num_tasks()
+        held_out = cfg.eval_episodes if cfg.eval_every else 0
+        if num_tasks <= held_out:
+            raise ValueError(
+                f"config field 'eval_episodes': env {cfg.env} has {num_tasks} tasks, too few to hold "
+                f"out {held_out} for validation and train on the rest; lower eval_episodes"
+            )
+        self.eval_tasks = list(range(num_tasks - held_out, num_tasks))
+        self.sampler = PromptSampler(num_tasks - held_out, cfg.seed)
         self.step = 0
         self.logger: RunLogger | None = None
 
@@ -748,6 +762,36 @@ class Learner:
             return  # it decodes with the learner's module itself
         self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
 
+    def evaluate(self) -> dict[str, float]:
+        """Greedy episodes on the held-out tasks, split over ranks; `eval/*` means over all of them."""
+        from algorithms.rollout.engine import SamplingParams
+        from algorithms.rollout.runner import run_episodes
+
+        cfg = self.config
+        mine = self.eval_tasks[self.rank :: self.world]
+        trajs = []
+        if mine:
+            params = SamplingParams(temperature=0.0, max_tokens=cfg.max_response_tokens)
+            self.model.eval()
+            trajs = _run_coroutine(
+                run_episodes(
+                    self.engine,
+                    self.env_factory,
+                    params,
+                    tasks=mine,
+                    max_response_tokens=cfg.max_response_tokens,
+                )
+            )
+        rows = {
+            "reward_mean": [float(t.reward) for t in trajs],
+            "accuracy": [float(t.components.get("correct", 0.0) or 0.0) for t in trajs],
+            "protocol_valid": [float(bool(t.components.get("format_ok", False))) for t in trajs],
+            "tool_calls_mean": [float(t.tool_calls) for t in trajs],
+            "response_length_mean": [float(sum(t.loss_mask)) for t in trajs],
+        }
+        gathered = self._gather_lists(rows)
+        return {f"eval/{k}": float(np.mean(v)) for k, v in gathered.items() if v}
+
     def rollout_metrics(self, batch: RolloutBatch) -> dict[str, float]:
         """Reward, accuracy, tool and length statistics over every rank's trajectories."""
         trajs = batch.trajectories
@@ -832,8 +876,12 @@ class Learner:
                 print(f"[{self.name}] resumed from {start} at step {self.step}", flush=True)
         history = []
         try:
+            if cfg.eval_every and start is None:
+                self.logger.log(0, self.evaluate())
             while self.step < cfg.total_steps:
                 metrics = self.train_step()
+                if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.total_steps):
+                    metrics.update(self.evaluate())
                 self.logger.log(self.step, metrics)
                 history.append({"step": self.step, **metrics})
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.total_steps:

@@ -36,6 +36,7 @@ BAR_FIELDS = (
 PLOT_KEYS = (
     "reward_mean",
     "accuracy",
+    "eval/accuracy",
     "tool_calls_mean",
     "entropy",
     "response_length_mean",

@@ -178,3 +178,28 @@ def test_every_preset_resolves(algo):
     for path in presets:
         cfg = build_config(learner_class(algo).config_class, path)
         assert cfg.kl_coef == 0.0, path
+
+
+def test_validation_is_greedy_on_held_out_tasks(tmp_path, sft_run):
+    from learner_support import SYSTEM_PROMPT
+
+    from algorithms.core.run_log import read_metrics
+
+    # Scripted training rollouts, real greedy validation: the SFT model through the runner and env.
+    cfg = _cfg(model=sft_run["model"], env="AgentMath-v0", env_kwargs={"system_prompt": SYSTEM_PROMPT},
+               output_dir=str(tmp_path), total_steps=2, eval_every=2, eval_episodes=48,
+               max_response_tokens=128)  # fmt: skip
+    learner = ScriptedGRPO(cfg)
+    n = learner.sampler.num_tasks + 48
+    assert learner.eval_tasks == list(range(n - 48, n))  # the env's last tasks ...
+    assert max(learner.sampler.draw(3 * n)) < n - 48  # ... are never drawn for training
+    learner.train()
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, 2]  # before training, at the end
+    before = rows[0]
+    # Step 0 is the SFT model itself on the SFT run's own held-out tasks: the same greedy result.
+    assert before["eval/accuracy"] == pytest.approx(sft_run["eval"]["accuracy"])
+    assert before["eval/protocol_valid"] == pytest.approx(sft_run["eval"]["protocol_valid"])
+    assert before["eval/tool_calls_mean"] > 0 and before["eval/response_length_mean"] > 0
+    with pytest.raises(ValueError, match="'eval_episodes': env AgentMath-v0 has"):
+        ScriptedGRPO(_cfg(output_dir=str(tmp_path / "too_many"), eval_every=1, eval_episodes=10**7))
