@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from algorithms.core.learner import Learner, LearnerConfig, PromptDraw, RolloutBatch, _run_coroutine
-from algorithms.rollout.tree import TreeConfig, TreeRollout
+from algorithms.rollout.tree import TreeConfig, TreeRollout, tree_metrics
 
 ATTRIBUTIONS = ("soft", "hard", "hard_no_dedupe")
 
@@ -86,7 +86,14 @@ class ARPOLearner(Learner):
                 seeds=[d.seed for d in draws],
             )
         )
-        self._tree_metrics = result.metrics()
+        # Accounting of every rank's prompts, so logged tree metrics describe the whole step.
+        gathered = self._gather_lists(
+            {
+                "prompts": result.prompts,
+                "depths": [int(t.lineage.get("depth", 0)) for t in result.trajectories],
+            }
+        )
+        self._tree_metrics = tree_metrics(gathered["prompts"], gathered["depths"])
         return result.trajectories
 
     def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:

@@ -824,7 +824,7 @@ class Learner:
         out["truncation_rate"] = out.pop("truncated_mean", 0.0)
         return out
 
-    def _gather_lists(self, rows: dict[str, list[float]]) -> dict[str, list[float]]:
+    def _gather_lists(self, rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
         if self.world == 1:
             return rows
         from accelerate.utils import gather_object

@@ -173,26 +173,31 @@ class TreeRolloutResult:
 
     def metrics(self) -> dict[str, float]:
         """Per-step rollout metrics (spec §2.11): forks, top-ups, branch rate, ΔH, depth."""
-        k = max(1, len(self.prompts))
-        dh = [d for p in self.prompts for d in p.delta_h]
-        decisions = sum(p.decisions for p in self.prompts)
-        trajs = max(1, len(self.trajectories))
-        depth = Counter(int(t.lineage.get("depth", 0)) for t in self.trajectories)
-        out = {
-            "rollout/forks_per_prompt": sum(p.forks for p in self.prompts) / k,
-            "rollout/topups_per_prompt": sum(p.topups for p in self.prompts) / k,
-            "rollout/branch_rate": sum(p.forks for p in self.prompts) / decisions if decisions else 0.0,
-            "rollout/delta_h_mean": sum(dh) / len(dh) if dh else 0.0,
-            "rollout/generated_tokens_per_traj": sum(p.generated_tokens for p in self.prompts) / trajs,
-            "rollout/overhead_tokens_per_prompt": sum(p.overhead_tokens for p in self.prompts) / k,
-            "rollout/tool_calls_per_traj": sum(p.tool_calls for p in self.prompts) / trajs,
-        }
-        for d, c in sorted(depth.items()):
-            out[f"rollout/depth_{d}"] = c / trajs
-        return out
+        return tree_metrics(self.prompts, [int(t.lineage.get("depth", 0)) for t in self.trajectories])
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompts": [asdict(p) for p in self.prompts], "metrics": self.metrics()}
+
+
+def tree_metrics(prompts: Sequence[PromptStats], depths: Sequence[int]) -> dict[str, float]:
+    """Rollout metrics from per-prompt accounting and the depth of every trajectory (of one call,
+    or gathered from every rank)."""
+    k = max(1, len(prompts))
+    dh = [d for p in prompts for d in p.delta_h]
+    decisions = sum(p.decisions for p in prompts)
+    trajs = max(1, len(depths))
+    out = {
+        "rollout/forks_per_prompt": sum(p.forks for p in prompts) / k,
+        "rollout/topups_per_prompt": sum(p.topups for p in prompts) / k,
+        "rollout/branch_rate": sum(p.forks for p in prompts) / decisions if decisions else 0.0,
+        "rollout/delta_h_mean": sum(dh) / len(dh) if dh else 0.0,
+        "rollout/generated_tokens_per_traj": sum(p.generated_tokens for p in prompts) / trajs,
+        "rollout/overhead_tokens_per_prompt": sum(p.overhead_tokens for p in prompts) / k,
+        "rollout/tool_calls_per_traj": sum(p.tool_calls for p in prompts) / trajs,
+    }
+    for d, c in sorted(Counter(depths).items()):
+        out[f"rollout/depth_{d}"] = c / trajs
+    return out
 
 
 def _executed_calls(path: Path) -> int:
@@ -500,4 +505,4 @@ class TreeRollout:
         return out
 
 
-__all__ = ["ID_STRIDE", "PromptStats", "TreeConfig", "TreeRollout", "TreeRolloutResult"]
+__all__ = ["ID_STRIDE", "PromptStats", "TreeConfig", "TreeRollout", "TreeRolloutResult", "tree_metrics"]

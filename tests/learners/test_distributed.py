@@ -25,11 +25,11 @@ from safetensors.torch import load_file
 ARGS = [
     "total_steps=2", "prompts_per_step=4", "group_size=4", "max_response_tokens=64", "temperature=0.6",
     "micro_batch_size=3", "mini_batch_prompts=2", "ppo_epochs=2", "lr=3e-4", "progress=false",
-    "tensorboard=false", "save_every=0",
+    "tensorboard=false", "save_every=0", "eval_every=2", "eval_episodes=6",
 ]  # fmt: skip
 
 
-def _launch(processes: int, model: str, out: str) -> list[dict]:
+def _launch(processes: int, model: str, out: str, algo: str = "grpo", args: list[str] = ARGS) -> list[dict]:
     # the CLI installed beside this interpreter (the venv need not be on PATH)
     accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
     assert accelerate, "the accelerate CLI is not installed in this environment"
@@ -38,8 +38,8 @@ def _launch(processes: int, model: str, out: str) -> list[dict]:
     env["ACCELERATE_USE_CPU"] = "1"
     cmd = [
         accelerate, "launch", *mode, "--num_processes", str(processes), "--main_process_port", "29533",
-        "-m", "agent_envs.cli", "train", "--algo", "grpo", "--config", "configs/grpo_tiny.yaml",
-        f"model={model}", f"output_dir={out}", *ARGS,
+        "-m", "agent_envs.cli", "train", "--algo", algo, "--config", f"configs/{algo}_tiny.yaml",
+        f"model={model}", f"output_dir={out}", *args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, cwd=env["PYTHONPATH"], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -59,10 +59,29 @@ def test_two_processes_match_one(sft_run, tmp_path):
     update = sum(((w1[k] - w0[k]) ** 2).sum() for k in w0).sqrt()
     gap = sum(((w1[k] - w2[k]) ** 2).sum() for k in w0).sqrt()
     print(f"\n|update| = {update:.4g}, |1-proc - 2-proc| = {gap:.3g}")
-    assert one[0]["reward_std"] > 0 and one[0]["grad_norm"] > 0  # a real policy-gradient update happened
+    assert one[1]["reward_std"] > 0 and one[1]["grad_norm"] > 0  # a real policy-gradient update happened
     assert update > 1e-2
     assert gap < 1e-4 * update
+    assert [r["step"] for r in one] == [0, 1, 2]  # validation before training, then each step
     for a, b in zip(one, two, strict=True):
-        for key in ("reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm"):
+        keys = ["eval/accuracy", "eval/reward_mean"] if a["step"] in (0, 2) else []  # 3 + 3 episodes
+        if a["step"]:
+            keys += ["reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm"]
+        for key in keys:
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     assert torch.isfinite(update)
+
+
+@pytest.mark.slow
+def test_tree_metrics_cover_every_rank(sft_run, tmp_path):
+    # Trees depend only on their prompt's seed, so both runs grow the same 4 trees (2 per rank
+    # with two processes); the logged accounting must be that of all 4, not of rank 0's two.
+    # The preset's M = 8 (N = 4) leaves a budget to fork, and its 96 tokens room to react.
+    skip = ("total_steps", "eval_", "max_response_tokens", "group_size")
+    args = [a for a in ARGS if not a.startswith(skip)] + ["total_steps=1"]
+    one = _launch(1, sft_run["model"], str(tmp_path / "one"), "arpo", args)
+    two = _launch(2, sft_run["model"], str(tmp_path / "two"), "arpo", args)
+    keys = [k for k in one[0] if k.startswith("rollout/")]
+    assert "rollout/forks_per_prompt" in keys and one[0]["rollout/forks_per_prompt"] > 0
+    for key in [*keys, "reward_mean", "num_trajectories"]:
+        assert one[0][key] == pytest.approx(two[0][key], rel=1e-6), key
