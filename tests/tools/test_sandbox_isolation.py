@@ -80,8 +80,8 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def descendants(pid: int) -> list[int]:
-    tree, out, todo = _children(), [], [pid]
+def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]:
+    tree, out, todo = tree or _children(), [], [pid]
     while todo:
         for child in tree.get(todo.pop(), []):
             out.append(child)
@@ -95,13 +95,16 @@ def worker_pids(tool: PythonTool) -> list[int]:
 
 def _leftovers(pid: int) -> list[int]:
     """Processes under worker `pid` beyond its serving init and the next call's idle child."""
-    (init, *rest) = descendants(pid)
-    tree = _children()
+    tree = _children()  # one scan: the worker forks the next call's child at any time
+    (init, *rest) = descendants(pid, tree)
     prepared = tree.get(init, [])
-    if len(prepared) == 1 and not descendants(prepared[0]):
+    if len(prepared) == 1 and not descendants(prepared[0], tree):
         # The child forked ahead of the next request: alone, and pid 1 of its own pid namespace.
-        nspid = Path(f"/proc/{prepared[0]}/status").read_text().split("NSpid:")[1].split("\n")[0]
-        if nspid.split()[-1] == "1":
+        try:
+            nspid = Path(f"/proc/{prepared[0]}/status").read_text().split("NSpid:")[1].split("\n")[0]
+        except (OSError, IndexError):  # gone (or a zombie) since the scan: the caller looks again
+            nspid = ""
+        if nspid.split()[-1:] == ["1"]:
             rest.remove(prepared[0])
     return rest
 
