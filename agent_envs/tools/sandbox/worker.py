@@ -720,6 +720,10 @@ def serve(config: dict) -> None:
         req = json.loads(message or b"{}")
         call = None
         try:
+            # Processes of an earlier call still dying (a fork bomb's) count against this call's
+            # RLIMIT_NPROC (same uid): wait for them. Usually they were reaped while idle.
+            while ended:
+                ended.popitem()[1].close()
             if ready is not None and ready.limits != tuple(req[k] for k in LIMIT_FIELDS):
                 ready.close()  # prepared for other limits (a per-call timeout override)
                 ready = None
