@@ -79,6 +79,30 @@ def test_trafilatura_extractor_drops_boilerplate() -> None:
     assert len(page.links) == 30  # links are still listed for navigation
 
 
+def _pdf(pages: list[str]) -> bytes:
+    """A minimal valid PDF: one Helvetica text line per page (offsets computed, as readers check)."""
+    n = len(pages)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(n))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {n} >>".encode())
+    font = 3 + 2 * n
+    for i, text in enumerate(pages):
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+                       f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode())  # fmt: skip
+        stream = f"BT /F1 10 Tf 20 700 Td ({text}) Tj ET".encode()
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
 class _Site:
     def __init__(self) -> None:
         self.flaky_seen = 0
@@ -101,6 +125,14 @@ class _Site:
             return web.json_response({"answer": 42})
         if name == "image":
             return web.Response(body=b"\x89PNG\r\n\x1a\n" + bytes(100), content_type="image/png")
+        if name == "report.pdf":
+            body = _pdf(["Quarterly revenue rose to 42 million.", "Second page here."])
+            return web.Response(body=body, content_type="application/pdf")
+        if name == "long.pdf":  # 2 pages of 400 words: only the first 600 words are read
+            body = _pdf([" ".join(f"w{i}" for i in range(p * 400, (p + 1) * 400)) for p in range(2)])
+            return web.Response(body=body, content_type="application/pdf")
+        if name == "broken.pdf":
+            return web.Response(body=b"%PDF-1.4 not really", content_type="application/pdf")
         if name == "moved":
             raise web.HTTPFound("/page")
         if name == "latin":
@@ -147,6 +179,21 @@ async def test_fetches_html_text_json_and_follows_redirects(site: tuple[str, _Si
         assert moved.ok and moved.metadata["final_url"] == f"{base}/page" and "Served locally." in moved.text
         latin = await tool(f"{base}/latin")
         assert "Title: Café" in latin.text and "Crème brûlée" in latin.text
+    finally:
+        await tool.aclose()
+
+
+async def test_reads_pdfs(site: tuple[str, _Site]) -> None:
+    base, _ = site
+    tool = BrowseTool()
+    try:
+        report = await tool(f"{base}/report.pdf")
+        assert report.ok and report.metadata["content_type"] == "application/pdf"
+        assert report.text.endswith("Quarterly revenue rose to 42 million. Second page here.")
+        words = (await tool(f"{base}/long.pdf")).text.split("\n\n", 1)[1].split()
+        assert words[0] == "w0" and words[-1] == "w599" and len(words) == 600
+        broken = await tool(f"{base}/broken.pdf")
+        assert not broken.ok and "unreadable PDF" in broken.text
     finally:
         await tool.aclose()
 
