@@ -720,7 +720,7 @@ def serve(config: dict) -> None:
         req = json.loads(message or b"{}")
         call = None
         try:
-            # Processes of an earlier call still dying (a fork bomb's) count against this call's
+            # Background processes of an earlier call, still dying, count against this call's
             # RLIMIT_NPROC (same uid): wait for them. Usually they were reaped while idle.
             while ended:
                 ended.popitem()[1].close()
