@@ -244,7 +244,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     set_seed(cfg.seed)
     path = cfg.model
     if path == "tiny":
-        from algorithms.rollout.tiny_model import build_tiny_model
+        from algorithms.models.tiny import build_tiny_model
 
         with acc.main_process_first():
             path = str(build_tiny_model(seed=0))

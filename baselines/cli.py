@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from baselines import compare, evaluate, quickstart
+from baselines import quickstart
+from baselines.comparison import compare
+from baselines.evaluation import evaluate
 
 
 def add_cli(subparsers: Any) -> None:

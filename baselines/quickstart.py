@@ -25,10 +25,10 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                    eval_tasks: int = 64, algo: str = "grpo") -> dict[str, Any]:
     from algorithms.cli import learner_class
     from algorithms.core.config import build_config
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
     from algorithms.sft import SFTConfig, run_sft
-    from baselines.evaluate import EvalConfig, evaluate
-    from baselines.report import bar_plot, markdown_table
+    from baselines.comparison.report import bar_plot, markdown_table
+    from baselines.evaluation.evaluate import EvalConfig, evaluate
 
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,7 @@ class LearnerConfig:
     """Every knob of the shared loop. Defaults are GRPO's (spec §3.3); presets live in configs/."""
 
     # what to train, where
-    model: str = "tiny"  # HF checkpoint dir / hub id, or "tiny" (built locally, see rollout.tiny_model)
+    model: str = "tiny"  # HF checkpoint dir / hub id, or "tiny" (built locally, see models.tiny)
     env: str = "AgentMath-v0"  # a registered gymnasium id
     env_kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
     engine: str = "hf"  # hf (transformers; shares the learner's weights) | vllm
@@ -351,7 +351,7 @@ class Learner:
 
     def _resolve_model_path(self) -> str:
         if self.config.model == "tiny":
-            from algorithms.rollout.tiny_model import build_tiny_model
+            from algorithms.models.tiny import build_tiny_model
 
             with self.accelerator.main_process_first():
                 return str(build_tiny_model(seed=0))

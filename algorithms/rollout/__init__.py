@@ -1,7 +1,7 @@
 """Rollouts: engines that turn token-id prompts into segments, and the multi-turn runner.
 
     >>> from algorithms.rollout import HFEngine, SamplingParams
-    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> engine = HFEngine(build_tiny_model())                                 # doctest: +SKIP
     >>> [seg] = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4))    # doctest: +SKIP
 
@@ -26,7 +26,7 @@ _LAZY = {
     "to_jsonl": "algorithms.rollout.trajectory",
     "Path": "algorithms.rollout.runner",
     "run_episodes": "algorithms.rollout.runner",
-    "build_tiny_model": "algorithms.rollout.tiny_model",
+    "build_tiny_model": "algorithms.models.tiny",
 }
 
 

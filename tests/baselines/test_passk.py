@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from baselines.passk import pass_at_k, summarize
+from baselines.evaluation.passk import pass_at_k, summarize
 
 
 def test_pass_at_k_hand_values():

@@ -23,7 +23,7 @@ def test_quickstart_smoke(tmp_path):
 
 @pytest.mark.slow
 def test_compare_two_algorithms(tmp_path):
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
 
     out = tmp_path / "cmp"
     args = ["compare", "--algos", "grpo,arpo", "--seeds", "0", "--out", str(out), "--eval-tasks", "3",

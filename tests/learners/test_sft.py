@@ -11,7 +11,7 @@ from learner_support import SYSTEM_PROMPT
 from transformers import AutoTokenizer
 
 import agent_envs  # noqa: F401
-from algorithms.rollout.tiny_model import build_tiny_model
+from algorithms.models.tiny import build_tiny_model
 from algorithms.sft import gold_trace_examples, jsonl_examples
 
 

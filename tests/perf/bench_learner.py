@@ -93,7 +93,7 @@ def build_trl(model_path: str, prompts: list[str], out: str, times: list[float])
 
 
 def main() -> None:
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
 
     model_path = str(build_tiny_model(seed=0))
     tmp = tempfile.mkdtemp()

@@ -30,8 +30,8 @@ from rich.table import Table  # noqa: E402
 from agent_envs.core.env import ToolEnv  # noqa: E402
 from agent_envs.core.task import Task  # noqa: E402
 from agent_envs.tools.base import Tool, ToolResult  # noqa: E402
+from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT, build_tiny_model  # noqa: E402
 from algorithms.rollout import HFEngine, SamplingParams, VLLMEngine, run_episodes  # noqa: E402
-from algorithms.rollout.tiny_model import WARMUP_SYSTEM_PROMPT, build_tiny_model  # noqa: E402
 
 BUDGET = 192
 

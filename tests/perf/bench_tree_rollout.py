@@ -54,7 +54,7 @@ def make_env_factory(tokenizer, env_id: str, env_kwargs: dict, budget: int):
     import gymnasium as gym
 
     import agent_envs  # noqa: F401  (registers the ids)
-    from algorithms.rollout.tiny_model import WARMUP_SYSTEM_PROMPT
+    from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT
 
     kwargs = {"system_prompt": WARMUP_SYSTEM_PROMPT, "max_tool_calls": 3, **env_kwargs}
 
@@ -146,8 +146,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
+    from algorithms.models.tiny import build_tiny_model
     from algorithms.rollout.engine import SamplingParams
-    from algorithms.rollout.tiny_model import build_tiny_model
     from algorithms.rollout.vllm import VLLMEngine
 
     model = args.model or str(build_tiny_model(warmup_steps=150))

@@ -32,7 +32,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("vllm")
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
 
     model = build_tiny_model()
     port = free_port()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from rollout_helpers import WARMUP_STEPS
 
-from algorithms.rollout.tiny_model import build_tiny_model
+from algorithms.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="session")

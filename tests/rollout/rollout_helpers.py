@@ -10,7 +10,7 @@ import random
 from agent_envs.core.env import ToolEnv
 from agent_envs.core.task import Task
 from agent_envs.tools.base import Tool, ToolResult
-from algorithms.rollout.tiny_model import WARMUP_SYSTEM_PROMPT
+from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT
 
 # SFT warm-up steps of the shared tiny model: enough for it to write <python> calls and answers
 WARMUP_STEPS = 150

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT
 from algorithms.rollout import RolloutEngine, SamplingParams, Segment
 from algorithms.rollout.engine import cut_at_stop, topk_entropy
-from algorithms.rollout.tiny_model import WARMUP_SYSTEM_PROMPT
 
 
 def _prompts(tok, n=6):

@@ -7,7 +7,7 @@ import json
 import pytest
 from rollout_helpers import WARMUP_STEPS
 
-from algorithms.rollout.tiny_model import PROTOCOL_TAGS, TinyModelConfig, build_tiny_model
+from algorithms.models.tiny import PROTOCOL_TAGS, TinyModelConfig, build_tiny_model
 
 
 @pytest.fixture(scope="module")

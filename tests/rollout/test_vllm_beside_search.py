@@ -23,7 +23,7 @@ print("llvmlite loaded:", "llvmlite.binding.ffi" in sys.modules, "tokens:", len(
 
 @pytest.mark.slow
 def test_vllm_engine_starts_after_search_imports():
-    from algorithms.rollout.tiny_model import build_tiny_model
+    from algorithms.models.tiny import build_tiny_model
 
     out = subprocess.run([sys.executable, "-c", CODE, str(build_tiny_model())], capture_output=True, text=True,
                          timeout=600, env={**__import__("os").environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})

@@ -8,7 +8,7 @@ a Qwen-style ChatML chat template) and a random-init `Qwen2ForCausalLM` (hidden 
 4 heads, 2 KV heads, FFN 384, tied embeddings, about 0.7M parameters), saved with
 `save_pretrained` in float32. vLLM and transformers both load the directory.
 
-    >>> from algorithms.rollout.tiny_model import build_tiny_model
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> path = build_tiny_model(seed=0)              # doctest: +SKIP
     >>> sorted(p.name for p in path.iterdir())[:2]   # doctest: +SKIP
     ['chat_template.jinja', 'config.json']

@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_envs  # noqa: F401  (registers the ids)
-from baselines.passk import summarize
+from baselines.evaluation.passk import summarize
 from baselines.prompting import BASELINES, apply_baseline
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overrides: list[str],
@@ -30,8 +30,8 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     from algorithms.cli import learner_class
     from algorithms.core.config import build_config
     from algorithms.core.run_log import read_metrics
-    from baselines.evaluate import EvalConfig, evaluate
-    from baselines.report import aggregate, bar_plot, curves_plot, markdown_table
+    from baselines.comparison.report import aggregate, bar_plot, curves_plot, markdown_table
+    from baselines.evaluation.evaluate import EvalConfig, evaluate
 
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
