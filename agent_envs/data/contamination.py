@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from agent_envs.core.task import Task
+from agent_envs.base.task import Task
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_envs.core.task import Task
+from agent_envs.base.task import Task
 from agent_envs.data.registry import BenchmarkSpec, get_spec
 from agent_envs.rewards.extract import last_boxed
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
 from agent_envs.envs.resources import python_tool, resolve_tasks, world_with_tools
 
 

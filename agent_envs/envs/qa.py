@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
 from agent_envs.data.loaders import data_dir
 from agent_envs.envs.resources import python_tool, resolve_tasks, shared, world_with_tools
 
@@ -25,7 +25,8 @@ DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 
 def search_tool(corpus: str | None, retriever_url: str | None, topk: int):
     """The search tool for a benchmark: a retrieval server when given, else BM25 over the corpus."""
-    from agent_envs.tools.search import BM25Backend, HttpBackend, SearchTool
+    from agent_envs.retrieval import BM25Backend, HttpBackend
+    from agent_envs.tools.search import SearchTool
 
     if retriever_url:
         return shared("tool:search-http", lambda url, k: SearchTool(HttpBackend(url), topk=k), url=retriever_url, k=topk)

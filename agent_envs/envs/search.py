@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
 from agent_envs.envs.qa import search_tool
 from agent_envs.envs.resources import resolve_tasks, shared, world_with_tools
 
@@ -45,8 +45,9 @@ def make_search_env(
         return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
     if source is None:
         raise ValueError("AgentSearch-v0 with real search needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
+    from agent_envs.retrieval import WebBackend
     from agent_envs.tools.browse import BrowseTool
-    from agent_envs.tools.search import SearchTool, WebBackend
+    from agent_envs.tools.search import SearchTool
 
     if search == "web":
         tools: list = [shared("tool:search-web", lambda **kw: SearchTool(WebBackend(**kw), topk=topk), **dict(web or {}))]
