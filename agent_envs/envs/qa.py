@@ -2,11 +2,21 @@
 
     >>> import gymnasium as gym, agent_envs
     >>> env = gym.make("AgentQA-v0")                                       # synthetic knowledge base
-    >>> env = gym.make("AgentQA-v0", benchmark="hotpotqa")                 # BM25 over corpus/wiki_multihop_mini.jsonl
-    >>> env = gym.make("AgentQA-v0", benchmark="hotpotqa", retriever_url="http://127.0.0.1:8000/retrieve")
 
 Search is in-process BM25 over `corpus` (a JSONL of id/title/text) unless `retriever_url` points
-at a Search-R1 style retrieval server (`agent-envs serve-retriever`).
+at a Search-R1 style retrieval server (`agent-envs serve-retriever`; nothing is contacted before
+the first search). A named benchmark (`benchmark="hotpotqa"`) searches
+`$AGENT_ENVS_DATA_DIR/corpus/wiki_multihop_mini.jsonl` by default.
+
+    >>> import json, pathlib, tempfile
+    >>> corpus = pathlib.Path(tempfile.mkdtemp()) / "corpus.jsonl"
+    >>> _ = corpus.write_text(json.dumps({"id": "d1", "title": "Alpha", "text": "Alpha was founded by Ada."}) + "\\n")
+    >>> tasks = [agent_envs.Task(id="q0", question="Who founded Alpha?", answers=["Ada"])]
+    >>> env = gym.make("AgentQA-v0", tasks=tasks, corpus=str(corpus))
+    >>> _ = env.reset(seed=0)
+    >>> env.step("<think>look it up</think><search>Alpha founded</search>")[0]
+    ' <result>\\nDoc 1(Title: Alpha) Alpha was founded by Ada.\\n</result>'
+    >>> env = gym.make("AgentQA-v0", tasks=tasks, retriever_url="http://127.0.0.1:8000/retrieve")
 """
 
 from __future__ import annotations
