@@ -18,6 +18,7 @@ from agent_envs.rewards.extract import extract_prediction
 
 PROMPT_VERSION = "v1"
 
+
 @dataclass(frozen=True)
 class ParsedAction:
     """One generated segment, understood.
