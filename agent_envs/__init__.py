@@ -1,9 +1,13 @@
 """agent-envs: Gymnasium environments for multi-turn, tool-using LLM agents."""
 
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool, ToolResult
 from agent_envs.core.env import EpisodeState, ToolEnv
-from agent_envs.core.protocol import ArpoTags, JsonToolCalls, Protocol
-from agent_envs.core.task import Task
-from agent_envs.tools.base import Tool, ToolResult
+from agent_envs.core.protocols import ArpoTags, JsonToolCalls, Protocol
+
+# The built-in tools are defined on import, so protocols know their tags even in an env that
+# does not enable them (a call of a disabled tool is flagged, and the format check sees it).
+from agent_envs import tools  # noqa: E402, F401  isort: skip
 
 __all__ = [
     "register_benchmark",

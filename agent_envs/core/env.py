@@ -27,12 +27,13 @@ from typing import Protocol as TypingProtocol
 
 import gymnasium as gym
 
-from agent_envs.core.protocol import MESSAGES, PROMPT_VERSION, ParsedAction, Protocol, make_protocol
+from agent_envs.base.messages import MESSAGES
+from agent_envs.base.reward import RewardResult
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool, ToolResult
+from agent_envs.core.protocols import PROMPT_VERSION, ParsedAction, Protocol, make_protocol
 from agent_envs.core.spaces import UnicodeText
-from agent_envs.core.task import Task
-from agent_envs.rewards.base import RewardResult
 from agent_envs.rewards.recipe import RewardFn, make_reward
-from agent_envs.tools.base import Tool, ToolResult
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
@@ -126,6 +127,10 @@ class ToolEnv(gym.Env[str, str]):
             gives `info["prompt_token_ids"]`.
         tool_timeout_s: wall-clock deadline per tool call enforced by the env (defaults to the
             tool's own `timeout_s` plus a second of grace).
+        prefill: the text the chat template writes when it opens the assistant turn; the format
+            check counts it with the response, so a `<think>` a Qwen3 thinking template pre-fills
+            is not missing. None: what the tokenizer's template writes
+            (`Protocol.generation_prefill`); nothing without a tokenizer.
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
@@ -147,6 +152,7 @@ class ToolEnv(gym.Env[str, str]):
         tool_timeout_s: float | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
+        prefill: str | None = None,
     ) -> None:
         if len(tasks) == 0:
             raise ValueError("ToolEnv needs at least one task; the task source is empty")
@@ -165,6 +171,7 @@ class ToolEnv(gym.Env[str, str]):
         self.max_response_chars = max_response_chars
         self.max_response_tokens = max_response_tokens
         self.tokenizer = tokenizer
+        self.prefill = prefill if prefill is not None else self.protocol.generation_prefill(tokenizer)
         self.tool_timeout_s = tool_timeout_s
         self.system_prompt_text = system_prompt
         self.render_mode = render_mode
@@ -288,7 +295,7 @@ class ToolEnv(gym.Env[str, str]):
             raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
         # lone surrogates and other unencodable text are replaced, never allowed to crash a tokenizer
         action = action.encode("utf-8", "replace").decode("utf-8")
-        parsed = self.protocol.parse(action, list(self.tools))
+        parsed = self.protocol.parse(action, list(self.tools.values()))
         st = self._append(st, parsed.text, by_model=True)
         st = st.evolve(turns=st.turns + 1, flags=st.flags + parsed.flags)
         info: dict[str, Any] = {
@@ -347,7 +354,7 @@ class ToolEnv(gym.Env[str, str]):
         tool = self.tools[name]
         counts[name] = counts.get(name, 0) + 1
         key = f"{name}:{tool.normalize(parsed.tool_input or '')}"
-        repeated = name == "search" and key in st.queries
+        repeated = tool.dedupe_repeats and key in st.queries
         st = st.evolve(calls=tuple(sorted(counts.items())), queries=st.queries | {key})
         if repeated:  # counts toward the limit but is not executed
             info["repeated_query"] = True
@@ -376,8 +383,7 @@ class ToolEnv(gym.Env[str, str]):
 
     def _grading_inputs(self, st: EpisodeState) -> tuple[str, bool, str | None]:
         response = st.response
-        prefill = st.prompt[st.prompt.rfind("assistant") :] if "<think>" in st.prompt[-64:] else ""
-        format_ok, format_error = self.protocol.check_format(response, prefill)
+        format_ok, format_error = self.protocol.check_format(response, self.prefill)
         return response, format_ok, format_error
 
     async def _afinish(self, st: EpisodeState, info: dict, truncated: bool, why: str) -> tuple[str, float, bool, bool, dict]:

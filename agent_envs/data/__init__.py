@@ -4,7 +4,15 @@ normalise any supported file into `Task`s, and a train/eval contamination filter
     >>> from agent_envs.data import BENCHMARKS, load_benchmark
     >>> sorted(BENCHMARKS)[:3]
     ['2wikimultihopqa', 'aime24', 'aime25']
-    >>> tasks = load_benchmark("gsm8k")  # reads $AGENT_ENVS_DATA_DIR/gsm8k/test.jsonl  # doctest: +SKIP
+
+`load_benchmark("gsm8k")` reads `$AGENT_ENVS_DATA_DIR/gsm8k/test.jsonl`; `data_files` names the
+file instead:
+
+    >>> import json, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "test.jsonl"
+    >>> _ = path.write_text(json.dumps({"question": "What is 6*7?", "answer": "42"}) + "\\n")
+    >>> [(t.answers, t.reward) for t in load_benchmark("gsm8k", data_files=path)]
+    [(['42'], 'math')]
 """
 
 from agent_envs.data.contamination import filter_contaminated, normalize_question

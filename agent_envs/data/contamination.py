@@ -3,8 +3,14 @@
 Questions are compared after normalisation (Unicode NFKC, lowercase, punctuation dropped,
 whitespace collapsed), so trivial differences in quoting or spacing still match.
 
-    >>> from agent_envs.data import filter_contaminated, load_benchmark
-    >>> kept, dropped = filter_contaminated(load_benchmark("arpo_rl"), ["hotpotqa", "bamboogle"])  # doctest: +SKIP
+Evaluation sets are given as tasks or as benchmark names (every local split under
+`$AGENT_ENVS_DATA_DIR`), e.g. `filter_contaminated(load_benchmark("arpo_rl"), ["hotpotqa"])`:
+
+    >>> from agent_envs import Task
+    >>> train = [Task("t0", "Who wrote 'Hamlet'?", ["Shakespeare"]), Task("t1", "Capital of Peru?", ["Lima"])]
+    >>> kept, dropped = filter_contaminated(train, [Task("e0", "who wrote Hamlet", ["Shakespeare"])])
+    >>> [t.id for t in kept], dropped
+    (['t1'], 1)
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from agent_envs.core.task import Task
+from agent_envs.base.task import Task
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 

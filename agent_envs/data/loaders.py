@@ -4,9 +4,15 @@ Rows are normalised field by field (id, question, golden answers, grader kind); 
 the row is kept in `Task.metadata`. A malformed row raises `DataError` naming the file, the line
 (or record) and the field.
 
-    >>> from agent_envs.data import load_benchmark, load_tasks
-    >>> tasks = load_benchmark("aime24")  # $AGENT_ENVS_DATA_DIR/aime24/test.jsonl     # doctest: +SKIP
-    >>> tasks = load_tasks("my_questions.jsonl", reward="qa")  # question + answer(s)  # doctest: +SKIP
+`load_benchmark("aime24")` reads `$AGENT_ENVS_DATA_DIR/aime24/test.jsonl`; `load_tasks` reads
+your own files (question + answer or answers):
+
+    >>> import json, pathlib, tempfile
+    >>> from agent_envs.data import load_tasks
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "my_questions.jsonl"
+    >>> _ = path.write_text(json.dumps({"id": "q1", "question": "Capital of France?", "answers": ["Paris"]}) + "\\n")
+    >>> [(t.id, t.answers, t.reward) for t in load_tasks(path, reward="qa")]
+    [('q1', ['Paris'], 'qa')]
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_envs.core.task import Task
+from agent_envs.base.task import Task
 from agent_envs.data.registry import BenchmarkSpec, get_spec
 from agent_envs.rewards.extract import last_boxed
 

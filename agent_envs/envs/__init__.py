@@ -2,7 +2,8 @@
 
     >>> import gymnasium as gym, agent_envs
     >>> env = gym.make("AgentQA-v0")
-    >>> env = gym.make("AgentQA-HotpotQA-v0")      # = AgentQA-v0 with benchmark="hotpotqa"
+    >>> gym.spec("AgentQA-HotpotQA-v0").kwargs     # = AgentQA-v0 with benchmark="hotpotqa"
+    {'benchmark': 'hotpotqa'}
 """
 
 from __future__ import annotations

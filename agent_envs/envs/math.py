@@ -3,8 +3,16 @@
     >>> import gymnasium as gym, agent_envs
     >>> env = gym.make("AgentMath-v0")                                  # procedural arithmetic world
     >>> env = gym.make("AgentMath-v0", world={"difficulty": 2, "seed": 1})
-    >>> env = gym.make("AgentMath-v0", benchmark="aime24")               # file from AGENT_ENVS_DATA_DIR
-    >>> env = gym.make("AgentMath-v0", data_files="my_problems.jsonl")   # your own tasks
+
+Your own tasks come from a file (JSONL with `question` and `answer`); a named benchmark,
+`benchmark="aime24"`, reads `$AGENT_ENVS_DATA_DIR/aime24/test.jsonl` the same way.
+
+    >>> import json, pathlib, tempfile
+    >>> problems = pathlib.Path(tempfile.mkdtemp()) / "my_problems.jsonl"
+    >>> _ = problems.write_text(json.dumps({"question": "What is 6*7?", "answer": "42"}) + "\\n")
+    >>> env = gym.make("AgentMath-v0", data_files=str(problems))
+    >>> env.unwrapped.tasks[0].answers
+    ['42']
 
 Defaults follow the ARPO reasoning setting: python only, 3 tool calls in total.
 """
@@ -14,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
 from agent_envs.envs.resources import python_tool, resolve_tasks, world_with_tools
 
 

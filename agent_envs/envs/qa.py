@@ -2,11 +2,21 @@
 
     >>> import gymnasium as gym, agent_envs
     >>> env = gym.make("AgentQA-v0")                                       # synthetic knowledge base
-    >>> env = gym.make("AgentQA-v0", benchmark="hotpotqa")                 # BM25 over corpus/wiki_multihop_mini.jsonl
-    >>> env = gym.make("AgentQA-v0", benchmark="hotpotqa", retriever_url="http://127.0.0.1:8000/retrieve")
 
 Search is in-process BM25 over `corpus` (a JSONL of id/title/text) unless `retriever_url` points
-at a Search-R1 style retrieval server (`agent-envs serve-retriever`).
+at a Search-R1 style retrieval server (`agent-envs serve-retriever`; nothing is contacted before
+the first search). A named benchmark (`benchmark="hotpotqa"`) searches
+`$AGENT_ENVS_DATA_DIR/corpus/wiki_multihop_mini.jsonl` by default.
+
+    >>> import json, pathlib, tempfile
+    >>> corpus = pathlib.Path(tempfile.mkdtemp()) / "corpus.jsonl"
+    >>> _ = corpus.write_text(json.dumps({"id": "d1", "title": "Alpha", "text": "Alpha was founded by Ada."}) + "\\n")
+    >>> tasks = [agent_envs.Task(id="q0", question="Who founded Alpha?", answers=["Ada"])]
+    >>> env = gym.make("AgentQA-v0", tasks=tasks, corpus=str(corpus))
+    >>> _ = env.reset(seed=0)
+    >>> env.step("<think>look it up</think><search>Alpha founded</search>")[0]
+    ' <result>\\nDoc 1(Title: Alpha) Alpha was founded by Ada.\\n</result>'
+    >>> env = gym.make("AgentQA-v0", tasks=tasks, retriever_url="http://127.0.0.1:8000/retrieve")
 """
 
 from __future__ import annotations
@@ -15,8 +25,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
 from agent_envs.data.loaders import data_dir
 from agent_envs.envs.resources import python_tool, resolve_tasks, shared, world_with_tools
 
@@ -25,7 +35,8 @@ DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 
 def search_tool(corpus: str | None, retriever_url: str | None, topk: int):
     """The search tool for a benchmark: a retrieval server when given, else BM25 over the corpus."""
-    from agent_envs.tools.search import BM25Backend, HttpBackend, SearchTool
+    from agent_envs.retrieval import BM25Backend, HttpBackend
+    from agent_envs.tools.search import SearchTool
 
     if retriever_url:
         return shared("tool:search-http", lambda url, k: SearchTool(HttpBackend(url), topk=k), url=retriever_url, k=topk)

@@ -2,8 +2,21 @@
 
     >>> import gymnasium as gym, agent_envs
     >>> env = gym.make("AgentSearch-v0")                     # synthetic linked web, offline
-    >>> env = gym.make("AgentSearch-v0", benchmark="gaia", search="web")   # needs a web-search API key
-    >>> env = gym.make("AgentSearch-v0", benchmark="webwalkerqa", corpus="wiki.jsonl")  # local corpus
+
+Benchmarks (`benchmark="gaia"`) search a local corpus or the web. Web search reads its API key
+from an environment variable when the env is built and uses it at the first search; here a
+stand-in key under a name of our own shows the setting, offline:
+
+    >>> import json, os, pathlib, tempfile
+    >>> tasks = [agent_envs.Task(id="q0", question="Who founded Alpha?", answers=["Ada"])]
+    >>> corpus = pathlib.Path(tempfile.mkdtemp()) / "wiki.jsonl"
+    >>> _ = corpus.write_text(json.dumps({"id": "d1", "title": "Alpha", "text": "Founded by Ada."}) + "\\n")
+    >>> env = gym.make("AgentSearch-v0", tasks=tasks, corpus=str(corpus))            # local corpus
+    >>> os.environ["DOC_EXAMPLE_SEARCH_KEY"] = "stand-in"
+    >>> env = gym.make("AgentSearch-v0", tasks=tasks, search="web", web={"api_key_env": "DOC_EXAMPLE_SEARCH_KEY"})
+    >>> env.unwrapped.tools["search"].backend
+    WebBackend(provider='serper', endpoint='https://google.serper.dev/search')
+    >>> del os.environ["DOC_EXAMPLE_SEARCH_KEY"]
 
 Training uses token F1 (the reference setting); evaluation of deep-search benchmarks uses an
 LLM judge (see docs/benchmarks-data.md).
@@ -14,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
 from agent_envs.envs.qa import search_tool
 from agent_envs.envs.resources import resolve_tasks, shared, world_with_tools
 
@@ -45,8 +58,9 @@ def make_search_env(
         return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
     if source is None:
         raise ValueError("AgentSearch-v0 with real search needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
+    from agent_envs.retrieval import WebBackend
     from agent_envs.tools.browse import BrowseTool
-    from agent_envs.tools.search import SearchTool, WebBackend
+    from agent_envs.tools.search import SearchTool
 
     if search == "web":
         tools: list = [shared("tool:search-web", lambda **kw: SearchTool(WebBackend(**kw), topk=topk), **dict(web or {}))]

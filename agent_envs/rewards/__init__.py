@@ -7,9 +7,7 @@
 1.0
 """
 
-from agent_envs.rewards.base import RewardResult
 from agent_envs.rewards.extract import extract_prediction, last_boxed
-from agent_envs.rewards.format import arpo_format_check
 from agent_envs.rewards.judge import JudgeNotConfigured, JudgeVerdict, LLMJudge
 from agent_envs.rewards.math import amath_reward, math_equal, math_reward
 from agent_envs.rewards.qa import normalize_answer, qa_reward, token_f1
@@ -24,8 +22,6 @@ __all__ = [
     "amath_reward",
     "math_equal",
     "RewardRecipe",
-    "RewardResult",
-    "arpo_format_check",
     "correctness",
     "extract_prediction",
     "last_boxed",

@@ -8,8 +8,14 @@ silent 0. `reference` reproduces the ARPO evaluation rule: correct when the answ
 after normalisation, or when the reply says "correct" and none of "incorrect", "wrong",
 "not correct".
 
-    >>> judge = LLMJudge(base_url="http://127.0.0.1:8000/v1", model="qwen2.5-72b")  # doctest: +SKIP
-    >>> judge.judge("Capital of France?", ["Paris"], "paris, France").correct           # doctest: +SKIP
+With a served model, `LLMJudge(base_url="http://127.0.0.1:8000/v1", model="qwen2.5-72b")` is
+all it takes. Here a stand-in replaces the served model's reply, so the example runs offline:
+
+    >>> class StandInJudge(LLMJudge):
+    ...     async def _complete(self, session, prompt):
+    ...         return "Correct"
+    >>> judge = StandInJudge(base_url="http://127.0.0.1:8000/v1", model="qwen2.5-72b")
+    >>> judge.judge("Capital of France?", ["Paris"], "paris, France").correct
     True
 
 Without `base_url` the settings come from AGENT_ENVS_JUDGE_URL, AGENT_ENVS_JUDGE_MODEL and

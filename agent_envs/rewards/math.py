@@ -22,7 +22,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from agent_envs.rewards.base import RewardResult
+from agent_envs.base.reward import RewardResult
 from agent_envs.rewards.extract import extract_prediction
 
 DEFAULT_TIMEOUT_S = 1.0

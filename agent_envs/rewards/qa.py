@@ -10,7 +10,7 @@ import re
 import string
 from collections import Counter
 
-from agent_envs.rewards.base import RewardResult
+from agent_envs.base.reward import RewardResult
 from agent_envs.rewards.extract import extract_prediction
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)

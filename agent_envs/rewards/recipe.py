@@ -22,7 +22,7 @@ exact match otherwise, with `judge_fallback` saying why. Only `standard` and `bi
 judge; `f1` and `arpo` never pay for it. From async code use `await recipe.acall(...)`: the judge
 request and the symbolic math stage then do not block the event loop.
 
-    >>> from agent_envs.core.task import Task
+    >>> from agent_envs.base.task import Task
     >>> r = make_reward("arpo")(Task("t", "q?", ["Paris"]), "<think>x</think><answer>\\\\boxed{Paris}</answer>", True, {})
     >>> r.score, r.components["f1"]
     (1.0, 1.0)
@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_envs.core.task import Task
-from agent_envs.rewards.base import RewardResult
+from agent_envs.base.reward import RewardResult
+from agent_envs.base.task import Task
 from agent_envs.rewards.extract import extract_prediction
 from agent_envs.rewards.judge import JudgeVerdict, LLMJudge
 from agent_envs.rewards.math import DEFAULT_TIMEOUT_S, amath_reward, math_equal

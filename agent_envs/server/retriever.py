@@ -8,7 +8,7 @@ and `{"query": "..."}`; the answer is always `{"result": [[...], ...]}`, one lis
     agent-envs serve-retriever --corpus corpus.jsonl --port 8000
 
     >>> import asyncio
-    >>> from agent_envs.tools.search import BM25Backend, HttpBackend
+    >>> from agent_envs.retrieval import BM25Backend, HttpBackend
     >>> async def main():
     ...     server = RetrieverServer(BM25Backend([{"id": "d1", "title": "Alpha", "text": "Ada founded Alpha."}]))
     ...     url = await server.start(port=0)
@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent_envs.tools.search import BM25Backend, Hit, SearchBackend
+from agent_envs.retrieval import BM25Backend, Hit, SearchBackend
 
 log = logging.getLogger(__name__)
 

@@ -1,30 +1,11 @@
-"""Tools an agent can call: python (sandboxed), search (BM25, retrieval server, web APIs), browse, and their cache."""
+"""The built-in tools an agent can call: python (sandboxed), search (over any retrieval backend), browse.
 
-from agent_envs.tools.base import Tool, ToolResult
+The `Tool` contract they implement is in `agent_envs.base.tool`; search backends are in
+`agent_envs.retrieval`, the HTTP client and result cache in `agent_envs.remote`.
+"""
+
 from agent_envs.tools.browse import BrowseTool
-from agent_envs.tools.cache import ToolCache
 from agent_envs.tools.python import PythonTool
-from agent_envs.tools.search import (
-    BM25Backend,
-    Hit,
-    HttpBackend,
-    ReferenceCacheBackend,
-    SearchBackend,
-    SearchTool,
-    WebBackend,
-)
+from agent_envs.tools.search import SearchTool, format_hits
 
-__all__ = [
-    "BM25Backend",
-    "BrowseTool",
-    "Hit",
-    "HttpBackend",
-    "PythonTool",
-    "ReferenceCacheBackend",
-    "SearchBackend",
-    "SearchTool",
-    "Tool",
-    "ToolCache",
-    "ToolResult",
-    "WebBackend",
-]
+__all__ = ["BrowseTool", "PythonTool", "SearchTool", "format_hits"]

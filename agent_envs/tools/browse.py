@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from agent_envs.core.protocol import MESSAGES
-from agent_envs.tools.base import Tool, ToolResult
-from agent_envs.tools.cache import ToolCache
-from agent_envs.tools.http_client import (
+from agent_envs.base.messages import MESSAGES
+from agent_envs.base.tool import Tool, ToolResult
+from agent_envs.remote.cache import ToolCache
+from agent_envs.remote.http import (
     LoopSemaphore,
     PermanentError,
     RetryPolicy,

@@ -21,8 +21,8 @@ import signal
 import threading
 from typing import Any, Literal
 
-from agent_envs.core.protocol import MESSAGES
-from agent_envs.tools.base import Tool, ToolResult
+from agent_envs.base.messages import MESSAGES
+from agent_envs.base.tool import Tool, ToolResult
 from agent_envs.tools.sandbox import BACKENDS, Sandbox, SandboxConfig, SandboxResult, make_sandbox
 
 

@@ -25,8 +25,8 @@ from math import gcd
 from random import Random
 from typing import ClassVar
 
-from agent_envs.core.task import Task
-from agent_envs.tools.base import Tool
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
 
 FAMILIES: dict[int, tuple[str, ...]] = {

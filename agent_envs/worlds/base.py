@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 from random import Random
 from typing import Any, ClassVar
 
-from agent_envs.core.task import Task
-from agent_envs.tools.base import Tool
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool
 
 # Task i of seed s uses Random(s * SEED_STRIDE + i): distinct for every (s, i) with i < SEED_STRIDE.
 SEED_STRIDE = 1_000_003

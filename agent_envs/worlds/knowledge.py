@@ -22,8 +22,8 @@ from functools import cached_property
 from random import Random
 from typing import ClassVar
 
-from agent_envs.core.task import Task
-from agent_envs.tools.base import Tool
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
 from agent_envs.worlds.names import NameMaker
 
@@ -227,7 +227,8 @@ class KnowledgeWorld(World):
         return out
 
     def make_tools(self, topk: int = 3, max_result_chars: int = 300) -> list[Tool]:
-        from agent_envs.tools.search import BM25Backend, SearchTool
+        from agent_envs.retrieval import BM25Backend
+        from agent_envs.tools.search import SearchTool
 
         return [SearchTool(BM25Backend(self.corpus), topk=topk, max_result_chars=max_result_chars)]
 

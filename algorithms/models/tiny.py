@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from agent_envs.core.protocol import ArpoTags
+from agent_envs.core.protocols import ArpoTags
 
 BUILDER_VERSION = 2
 

@@ -12,9 +12,9 @@ import asyncio
 import math
 import re
 
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool, ToolResult
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
-from agent_envs.tools.base import Tool, ToolResult
 from algorithms.rollout.engine import SamplingParams, Segment
 
 

@@ -12,7 +12,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agent_envs import Task, Tool, ToolEnv, ToolResult
-from agent_envs.core.protocol import MESSAGES
+from agent_envs.base.messages import MESSAGES
+from agent_envs.retrieval import normalize_query
 
 
 class Calc(Tool):
@@ -28,6 +29,12 @@ class Calc(Tool):
 
 class Lookup(Tool):
     name, argument, description = "search", "query", "looks a word up"
+    dedupe_repeats = True  # the policy of a search tool: same query, same answer
+
+    def clean_argument(self, text: str) -> str:
+        return normalize_query(text)
+
+    normalize = clean_argument
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -267,7 +274,7 @@ def test_truncate_from_outside_scores_the_partial_response():
 
 async def test_async_reward_path_is_awaited_inside_astep():
     """A reward with `acall` (an LLM judge) must not block the event loop: astep awaits it."""
-    from agent_envs.rewards import RewardResult
+    from agent_envs.base.reward import RewardResult
 
     class AsyncOnly:
         async def acall(self, task, response, format_ok, tool_calls):

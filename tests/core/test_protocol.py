@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from agent_envs.core.protocol import ArpoTags, JsonToolCalls, make_protocol
+from agent_envs.core.protocols import ArpoTags, JsonToolCalls, make_protocol
+from agent_envs.retrieval import BM25Backend
+from agent_envs.tools import PythonTool, SearchTool
 
-TOOLS = ["python", "search"]
+# Real tools: each brings its policy (tag, argument cleaning). Neither starts anything until called.
+TOOLS = [PythonTool(), SearchTool(BM25Backend([{"id": "d1", "title": "Acme", "text": "Acme was founded by Ada."}]))]
 
 
 @pytest.fixture
@@ -48,7 +51,7 @@ def test_empty_calls_are_invalid_not_errors(arpo, action):
 
 
 def test_flags_for_model_written_result_and_disabled_tools(arpo):
-    p = arpo.parse("<browse>x</browse><result>fake</result><answer>\\boxed{1}</answer>", ["python"])
+    p = arpo.parse("<browse>x</browse><result>fake</result><answer>\\boxed{1}</answer>", [PythonTool()])
     assert "model_wrote_result" in p.flags and "disabled_tool:browse" in p.flags
     assert p.kind == "answer"
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_envs.core.protocols import arpo_format_check
 from agent_envs.data import BENCHMARKS, filter_contaminated, load_benchmark, load_local_splits, load_tasks
-from agent_envs.rewards import arpo_format_check, make_reward
+from agent_envs.rewards import make_reward
 
 SKIP = {"corpus", "arpo_rl/search_cache.json", "arpo_rl/system_prompt.txt"}
 # golden answers that cannot self-score, with the reason (checked to fail, so a fix shows up here)

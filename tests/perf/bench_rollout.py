@@ -27,9 +27,9 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from agent_envs.base.task import Task  # noqa: E402
+from agent_envs.base.tool import Tool, ToolResult  # noqa: E402
 from agent_envs.core.env import ToolEnv  # noqa: E402
-from agent_envs.core.task import Task  # noqa: E402
-from agent_envs.tools.base import Tool, ToolResult  # noqa: E402
 from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT, build_tiny_model  # noqa: E402
 from algorithms.rollout import HFEngine, SamplingParams, VLLMEngine, run_episodes  # noqa: E402
 

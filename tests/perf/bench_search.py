@@ -36,7 +36,9 @@ from rich.console import Console  # noqa: E402
 from rich.progress import track  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from agent_envs.tools import BM25Backend, HttpBackend, SearchTool, ToolCache  # noqa: E402
+from agent_envs.remote import ToolCache  # noqa: E402
+from agent_envs.retrieval import BM25Backend, HttpBackend  # noqa: E402
+from agent_envs.tools import SearchTool  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("AGENT_ENVS_DATA_DIR", REPO.parent / "shared" / "data"))

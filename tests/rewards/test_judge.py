@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from agent_envs.core.task import Task
+from agent_envs.base.task import Task
 from agent_envs.rewards import make_reward
 from agent_envs.rewards.judge import JudgeNotConfigured, LLMJudge, parse_verdict
 from tests.rewards.fake_judge import FakeJudgeServer, candidate_of

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_envs.rewards import arpo_format_check, normalize_answer, qa_reward, token_f1
+from agent_envs.core.protocols import arpo_format_check
+from agent_envs.rewards import normalize_answer, qa_reward, token_f1
 
 
 def wrap(pred: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent_envs.core.task import Task
-from agent_envs.rewards import RewardRecipe, arpo_format_check, make_reward
+from agent_envs.base.task import Task
+from agent_envs.core.protocols import arpo_format_check
+from agent_envs.rewards import RewardRecipe, make_reward
 
 QA = Task(id="q", question="Who?", answers=["Frank Lowy"], reward="qa")
 MATH = Task(id="m", question="1/2?", answers=["\\frac{1}{2}"], reward="math")

@@ -7,9 +7,9 @@ import asyncio
 import operator
 import random
 
+from agent_envs.base.task import Task
+from agent_envs.base.tool import Tool, ToolResult
 from agent_envs.core.env import ToolEnv
-from agent_envs.core.task import Task
-from agent_envs.tools.base import Tool, ToolResult
 from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT
 
 # SFT warm-up steps of the shared tiny model: enough for it to write <python> calls and answers

@@ -13,7 +13,7 @@ import pytest
 
 CODE = """
 import sys
-import agent_envs.tools.search, bm25s  # noqa: F401  (pulls in numba/llvmlite when installed)
+import agent_envs.retrieval.bm25, bm25s  # noqa: F401  (pulls in numba/llvmlite when installed)
 from algorithms.rollout import SamplingParams, VLLMEngine
 engine = VLLMEngine(sys.argv[1], max_model_len=256)
 [seg] = engine.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=4))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent_envs.tools.search import BM25Backend, Hit
+from agent_envs.retrieval import BM25Backend, Hit
 
 CORPUS = "corpus/wiki_multihop_mini.jsonl"
 HOTPOT = "hotpotqa/dev_500_ircot_with_contexts.jsonl"

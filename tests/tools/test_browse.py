@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from agent_envs.tools import BrowseTool, ToolCache
+from agent_envs.remote import ToolCache
+from agent_envs.tools import BrowseTool
 from agent_envs.tools.browse import html_to_page
 
 SITE = {

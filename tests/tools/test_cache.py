@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_envs.tools import BM25Backend, SearchTool, ToolCache
-from agent_envs.tools.search import SearchBackend
+from agent_envs.remote import ToolCache
+from agent_envs.retrieval import BM25Backend, SearchBackend
+from agent_envs.tools import SearchTool
 
 
 def test_lru_evicts_least_recently_used_and_counts() -> None:

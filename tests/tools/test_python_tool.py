@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from agent_envs.core.protocol import MESSAGES
+from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
 from agent_envs.tools.python import truncate_middle
 from agent_envs.tools.sandbox import SandboxConfig

@@ -22,9 +22,9 @@ import pytest
 from aiohttp import web
 from search_support import CORPUS, hotpot_questions, recall_at_k, wiki_backend
 
+from agent_envs.retrieval import BM25Backend, HttpBackend, parse_retrieve_response
 from agent_envs.server.retriever import RetrieverServer
-from agent_envs.tools import BM25Backend, HttpBackend, SearchTool
-from agent_envs.tools.search import parse_retrieve_response
+from agent_envs.tools import SearchTool
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_envs.core.protocol import MESSAGES
+from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
 from agent_envs.tools.sandbox import local
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from search_support import hotpot_questions, recall_at_k, wiki_backend
 
-from agent_envs.core.protocol import MESSAGES
-from agent_envs.tools import BM25Backend, SearchTool, ToolCache, WebBackend
-from agent_envs.tools.search import Hit, SearchBackend, SearchBackendError, format_hits, load_corpus
+from agent_envs.base.messages import MESSAGES
+from agent_envs.remote import ToolCache
+from agent_envs.retrieval import BM25Backend, Hit, SearchBackend, SearchBackendError, WebBackend, load_corpus
+from agent_envs.tools.search import SearchTool, format_hits
 
 DOCS = [
     {"id": "d1", "title": "Alpha Corp", "text": "Alpha Corp was founded by Ada Lovelace in London."},
@@ -361,7 +362,7 @@ async def test_web_backend_rate_limit_spaces_requests(monkeypatch: pytest.Monkey
 
 
 def test_reference_cache_backend_reproduces_arpo_observations(shared_data: Path) -> None:
-    from agent_envs.tools import ReferenceCacheBackend
+    from agent_envs.retrieval import ReferenceCacheBackend
 
     path = shared_data / "arpo_rl" / "search_cache.json"
     reference = json.loads(path.read_text(encoding="utf-8"))
@@ -377,7 +378,7 @@ def test_reference_cache_backend_reproduces_arpo_observations(shared_data: Path)
 
 
 def test_reference_cache_backend_rejects_bad_files(tmp_path: Path) -> None:
-    from agent_envs.tools import ReferenceCacheBackend
+    from agent_envs.retrieval import ReferenceCacheBackend
 
     bad = tmp_path / "cache.json"
     bad.write_text('{"q": 3}')

@@ -10,8 +10,9 @@ from collections import Counter
 
 import pytest
 
+from agent_envs.retrieval import BM25Backend
 from agent_envs.tools.browse import BrowseTool
-from agent_envs.tools.search import BM25Backend, SearchTool
+from agent_envs.tools.search import SearchTool
 from agent_envs.worlds import (
     ArithmeticConfig,
     ArithmeticWorld,

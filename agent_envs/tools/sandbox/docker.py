@@ -6,6 +6,9 @@ unprivileged user and only the sandbox's own environment. The code runs through 
 as the local backend (`worker.py once`), so echo and error output are identical. A container
 costs hundreds of milliseconds, so this backend suits hostile or multi-tenant use, not speed.
 
+The example needs a running Docker daemon, which no offline stand-in can replace, so it is
+not run as a test (tests/tools runs this backend when a daemon is present):
+
     >>> sandbox = DockerSandbox(SandboxConfig(timeout_s=10))  # doctest: +SKIP
     >>> sandbox.execute("print(1 + 1)").stdout  # doctest: +SKIP
     '2\\n'

@@ -1,8 +1,8 @@
-"""Pooled aiohttp sessions and retried HTTP requests, shared by the search and browse tools.
+"""Pooled aiohttp sessions and retried HTTP requests, shared by the search backends and the browse tool.
 
 Tools are called from whatever event loop the caller runs (the env's background loop, a test's
 loop, `asyncio.run` inside `Tool.run`). An aiohttp session belongs to one loop, so the pool keeps
-one session per loop and drops sessions whose loop has closed. Retries follow the retrieval spec:
+one session per loop and drops sessions whose loop has closed. Retries (as SkyRL retries search):
 transient failures only (HTTP 5xx and 429, connection errors, timeouts), linear back-off.
 
     >>> import asyncio

@@ -10,6 +10,14 @@ or a failing backend: the failure is a result whose `text` the model reads.
     ...         return ToolResult(text=arg)
     >>> Echo().run("hi").text
     'hi'
+
+Each tool declares its own policy, so adding one touches no other file: its `name` is its tag
+(`<name>...</name>` inline, the function name in JSON calls), `clean_argument` says how the text
+the model wrote becomes the argument, and `dedupe_repeats` whether a repeated identical call
+(same `normalize` form) is answered with a reminder instead of running again.
+
+    >>> "echo" in known_tool_tags()
+    True
 """
 
 from __future__ import annotations
@@ -20,6 +28,15 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+# Tags of every Tool class defined so far, in definition order. Protocols use it to notice a call
+# of a tool the env did not enable (it is flagged, not run) and to check the format of responses.
+_KNOWN_TAGS: dict[str, None] = {}
+
+
+def known_tool_tags() -> tuple[str, ...]:
+    """The tags of all tool classes defined in this process (the built-in tools are always among them)."""
+    return tuple(_KNOWN_TAGS)
 
 
 @dataclass
@@ -46,6 +63,7 @@ class Tool(ABC):
 
     Subclasses set `name` (the protocol tag / function name, e.g. ``python``), `argument` (the
     JSON argument name for function-calling protocols) and `description`, and implement `call`.
+    They may override `clean_argument`, `normalize` and `dedupe_repeats` (the tool's policy).
     `__call__` adds latency measurement and turns any exception into a failed result, so one
     buggy backend never takes down a rollout.
     """
@@ -55,9 +73,22 @@ class Tool(ABC):
     description: ClassVar[str] = ""
     # Wall-clock budget the env enforces around a call (the tool may enforce a tighter one).
     timeout_s: float = 30.0
+    # A repeated identical call is not run again: the env answers MESSAGES["repeated_query"]
+    # (it still counts toward the call limits). Worth it for lookups, wrong for code.
+    dedupe_repeats: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            _KNOWN_TAGS[cls.name] = None
 
     @abstractmethod
     async def call(self, arg: str) -> ToolResult: ...
+
+    def clean_argument(self, text: str) -> str:
+        """The argument to call with, from the text the model wrote inside the call (already taken
+        out of the protocol's tags or JSON). An empty result is an empty call."""
+        return text.strip()
 
     def normalize(self, arg: str) -> str:
         """Canonical form of an argument, used for repeated-call detection and cache keys."""

@@ -1,0 +1,136 @@
+"""`ArpoTags`, the inline tag protocol of the ARPO/AEPO family, and its format check.
+
+    >>> from agent_envs.base.tool import Tool, ToolResult
+    >>> class Py(Tool):
+    ...     name = "python"
+    ...     async def call(self, arg): return ToolResult(arg)
+    >>> p = ArpoTags()
+    >>> p.stop_sequences(["python"])
+    ['</python>']
+    >>> p.parse("<think>x</think><python>print(1)</python>", [Py()]).tool_input
+    'print(1)'
+    >>> p.format_observation("1")
+    ' <result>\\n1\\n</result>'
+    >>> arpo_format_check("<think>x</think><answer>\\\\boxed{1}</answer>")
+    (True, None)
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agent_envs.base.tool import Tool, known_tool_tags
+from agent_envs.core.protocols.base import ParsedAction, Protocol
+
+
+def strip_code_fence(text: str) -> str:
+    """The body of a Markdown code block that makes up the whole text, else the text (models
+    often fence the code they put inside a tag).
+
+    >>> strip_code_fence("```python\\nprint(1)\\n```")
+    'print(1)'
+    """
+    m = re.fullmatch(r"\s*```[a-zA-Z0-9_+-]*\n?(.*?)\n?```\s*", text, re.DOTALL)
+    return (m.group(1) if m else text).strip("\n")
+
+
+@functools.cache
+def _opening_tag_re(tags: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("<(" + "|".join(map(re.escape, tags)) + ")>")
+
+
+def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | None]:
+    """The public ARPO recipe's format rule: (ok, failing rule). `prefill` is prompt text a chat
+    template put before the response (Qwen3 can pre-fill `<think>`), so tag counts are taken over
+    both. Calls of every known tool tag must be closed and answered by a result block."""
+    text = prefill + response
+    if text.count("<think>") != text.count("</think>") or text.count("<think>") < 1:
+        return False, "think_tags"
+    if response.count("<answer>") != 1 or response.count("</answer>") != 1:
+        return False, "answer_tags"
+    # every tool call is followed, in order, by its closing tag and a result block
+    pos = 0
+    while (m := _opening_tag_re(known_tool_tags()).search(response, pos)) is not None:
+        tag = m.group(1)
+        close = response.find(f"</{tag}>", m.end())
+        res = response.find("<result>", close) if close >= 0 else -1
+        res_end = response.find("</result>", res) if res >= 0 else -1
+        if min(close, res, res_end) < 0:
+            return False, f"{tag}_without_result"
+        pos = res_end
+    span = response[response.find("<answer>") : response.find("</answer>")]
+    if "\\boxed{" not in span or "}" not in span[span.find("\\boxed{") :]:
+        return False, "no_boxed"
+    return True, None
+
+
+class ArpoTags(Protocol):
+    """The inline tag protocol of the ARPO/AEPO family (the default).
+
+    `<think>` reasoning, `<search>query</search>` / `<python>code</python>` calls (their closing
+    tags are the stop strings), results injected as `" <result>\\n...\\n</result>"`, and a final
+    `<answer>... \\boxed{A} ...</answer>`. The whole trajectory is one assistant turn.
+    """
+
+    name = "arpo"
+
+    def __init__(self, stop_on_answer: bool = False) -> None:
+        self.stop_on_answer = stop_on_answer
+
+    def stop_sequences(self, tools: Sequence[str]) -> list[str]:
+        stops = [f"</{t}>" for t in tools]
+        return stops + ["</answer>"] if self.stop_on_answer else stops
+
+    def system_prompt(self, tools: Sequence[Any]) -> str:
+        lines = [
+            "You are a helpful assistant that solves the given question step by step, using tools when they help.",
+            "Think inside <think> </think> before each action.",
+        ]
+        for tool in tools:
+            lines.append(f"To use the {tool.name} tool ({tool.description}), write <{tool.name}> {tool.argument} </{tool.name}>;"
+                         " its output will be returned inside <result> </result>.")
+        lines.append("Give the final answer inside <answer> </answer>, with the exact final answer in \\boxed{} in LaTeX format.")
+        example = "<think> reasoning </think> "
+        if tools:
+            t = tools[0]
+            example += f"<{t.name}> {t.argument} </{t.name}> <result> output </result> <think> reasoning </think> "
+        lines.append("For example: " + example + "<answer> The final answer is \\boxed{answer}. </answer>")
+        return "\n".join(lines)
+
+    def parse(self, action: str, tools: Sequence[Tool]) -> ParsedAction:
+        by_name = {t.name: t for t in tools}
+        flags = []
+        if "<result>" in action:
+            flags.append("model_wrote_result")
+        flags += [f"disabled_tool:{t}" for t in known_tool_tags() if t not in by_name and f"<{t}>" in action]
+        first_close, first_tool = len(action) + 1, None
+        for t in by_name:
+            i = action.find(f"</{t}>")
+            if 0 <= i < first_close:
+                first_close, first_tool = i, t
+        answer_end = action.find("</answer>")
+        if first_tool is not None and (answer_end < 0 or first_close < answer_end):
+            end = first_close + len(first_tool) + 3
+            opening = action.rfind(f"<{first_tool}>", 0, first_close)
+            body = "" if opening < 0 else action[opening + len(first_tool) + 2 : first_close]
+            body = by_name[first_tool].clean_argument(strip_code_fence(body))
+            if not body:
+                return ParsedAction("invalid", action[:end], first_tool, "", "empty_call", tuple(flags))
+            return ParsedAction("tool", action[:end], first_tool, body, None, tuple(flags))
+        if answer_end >= 0 and "<answer>" in action[:answer_end]:
+            return ParsedAction("answer", action[: answer_end + len("</answer>")], flags=tuple(flags))
+        return ParsedAction("end", action, reason="no_answer", flags=tuple(flags))
+
+    def format_observation(self, text: str, tool: str | None = None) -> str:
+        return f" <result>\n{text}\n</result>"
+
+    def check_format(self, response: str, prefill: str = "") -> tuple[bool, str | None]:
+        ok, why = arpo_format_check(response, prefill)
+        if ok and "<result>" in response and response.count("<result>") != sum(
+            response.count(f"</{t}>") for t in known_tool_tags()
+        ):
+            return False, "model_wrote_result"
+        return ok, why
