@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.core.learner import Learner, LearnerConfig
+from algorithms.core.learner import Learner
+from algorithms.core.learner_config import LearnerConfig
 
 
 @dataclass

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from algorithms.core.seeds import request_seed
 from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
 from algorithms.rollout.trajectory import Trajectory
 
@@ -199,7 +200,7 @@ def start_group(
 def segment_params(path: Path, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
     """This path's request: its remaining budget as max_tokens, the env's stop strings added."""
     stops = list(dict.fromkeys([*params.stop, *path.env.stop_sequences]))
-    seed = None if params.seed is None else params.seed + 1_000_003 * path.traj_id + path.turns
+    seed = request_seed(params.seed, path.traj_id, path.turns)
     return params.with_(
         max_tokens=min(params.max_tokens, path.remaining(max_response_tokens)), stop=stops, n=1, seed=seed
     )
