@@ -101,7 +101,7 @@ def measure_segment(
     if use_exact:
         if exact is None:
             raise ValueError(
-                "entropy_source='exact' but the engine returned no exact entropy; use 'topk' or 'auto'"
+                "tree.entropy_source='exact' but the engine returned no exact entropy; use 'topk' or 'auto'"
             )
         h = list(exact[: settings.entropy_tokens])
     else:
