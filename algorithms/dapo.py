@@ -1,8 +1,12 @@
 """DAPO (arXiv 2503.14476): GRPO with clip-higher, dynamic sampling, token-level loss and overlong
 reward shaping, and no KL.
 
-    >>> from algorithms.dapo import DAPOConfig, DAPOLearner
-    >>> DAPOLearner(DAPOConfig(model="tiny", total_steps=2, output_dir="runs/dapo")).train()  # doctest: +SKIP
+    agent-envs train --algo dapo --config configs/dapo_tiny.yaml
+
+    >>> from algorithms.dapo import DAPOConfig
+    >>> cfg = DAPOConfig(max_response_tokens=100)
+    >>> cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.overlong_cache_len
+    (0.28, 10.0, 20)
 
 GRPO, except (spec §4):
 

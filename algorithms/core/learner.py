@@ -1,9 +1,15 @@
 """The RL learner loop on Accelerate, shared by GRPO, DAPO, ARPO and AEPO.
 
+    >>> import tempfile
     >>> from algorithms.core.learner import Learner
     >>> from algorithms.core.learner_config import LearnerConfig
-    >>> cfg = LearnerConfig(model="tiny", env="AgentMath-v0", total_steps=2, output_dir="runs/demo")
-    >>> Learner(cfg).train()                                              # doctest: +SKIP
+    >>> cfg = LearnerConfig(model="tiny", env="AgentMath-v0", total_steps=1, prompts_per_step=2,
+    ...                     group_size=2, max_response_tokens=16, output_dir=tempfile.mkdtemp(),
+    ...                     progress=False, tensorboard=False, export_model=False)
+    >>> [metrics] = Learner(cfg).train()  # doctest: +ELLIPSIS
+    [grpo] resolved config: ...
+    >>> metrics["num_trajectories"]
+    4.0
 
 One RL step (specs/algorithms.md §2.1):
 

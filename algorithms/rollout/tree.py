@@ -20,14 +20,16 @@ depth, kind, H_init, and `segment_entropy`: H_seg of every generated segment, al
 `segment_starts`, so the entropy of the first k tokens after each tool result). Everything a call needs is created in that call (no state carries over, defect D1);
 with the same `seed`, two calls make the same decisions. Evaluation never branches.
 
-    >>> import asyncio
+    >>> import gymnasium as gym, agent_envs
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> from algorithms.rollout import HFEngine, SamplingParams
-    >>> from algorithms.rollout.tree import TreeConfig, TreeRollout
-    >>> tree = TreeRollout(engine, TreeConfig(initial_rollouts=4), budget=8)         # doctest: +SKIP
-    >>> result = asyncio.run(tree.arollout(make_env, SamplingParams(), n_prompts=2,  # doctest: +SKIP
-    ...                                    max_response_tokens=256, seed=0))
-    >>> len(result.trajectories)                                                      # doctest: +SKIP
-    16
+    >>> from algorithms.rollout.tree_config import TreeConfig
+    >>> engine = HFEngine(build_tiny_model())
+    >>> make_env = lambda: gym.make("AgentMath-v0", tokenizer=engine.tokenizer).unwrapped
+    >>> tree = TreeRollout(engine, TreeConfig(initial_rollouts=2), budget=4)
+    >>> result = tree.rollout(make_env, SamplingParams(), n_prompts=2, max_response_tokens=24, seed=0)
+    >>> len(result.trajectories)
+    8
 """
 
 from __future__ import annotations
