@@ -90,14 +90,13 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return coerce(arg, value, key)
-            except ValueError as exc:
-                errors.append(str(exc))
+            except ValueError:
+                pass
         raise fail(_type_name(tp))
     if tp is Any:
         return value
