@@ -22,47 +22,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from algorithms.arpo import ARPOConfig, ARPOLearner
-from algorithms.core.learner import MicroBatch, RolloutBatch
+from algorithms.core.batch import MicroBatch, RolloutBatch
+from algorithms.core.config import option
+from algorithms.rollout.tree_config import TreeConfig
 
-ENTROPY_ADV_SCOPES = ("minibatch", "microbatch", "group")
+
+def aepo_tree() -> TreeConfig:
+    """ARPO's tree with AEPO's two rollout-side switches on: entropy pre-monitoring (§7.2) and the
+    consecutive-branch penalty (§7.3). The `aepo_reference` presets turn pre-monitoring off, as the
+    released scripts do."""
+    return TreeConfig(enable_dynamic_rollouts=True, enable_consecutive_penalty=True)
 
 
 @dataclass
 class AEPOConfig(ARPOConfig):
-    """ARPO's settings plus AEPO's four switches, all on (spec §7.6; `aepo_reference` presets turn
-    pre-monitoring off as the released scripts do). The constants the reference hard-codes are
-    keys here, with its values."""
+    """ARPO's settings plus AEPO's four switches, all on (docs/algorithms.md §7.6). The constants
+    the reference hard-codes are keys here, with its values."""
 
     output_dir: str = "runs/aepo"
-    enable_dynamic_rollouts: bool = True  # entropy pre-monitoring (§7.2)
-    premonitor_beta: float = 0.5  # β_pm
-    initial_entropy_tokens: int = 50  # tokens generated from the prompt for H_root
-    reuse_probe: bool = False  # count the probe trajectory as one of the m global samples
-    enable_consecutive_penalty: bool = True  # (§7.3)
-    consecutive_penalty: float = 0.05  # γ per consecutive branching of a path lineage
-    enable_entropy_balanced_clipping: bool = True  # (§7.4) upper clip keeps a scaled gradient
-    enable_entropy_balanced_advantage: bool = True  # (§7.5) Ã = A·(1 + α_H·Ĥ)
-    entropy_adv_alpha: float = 0.2  # α_H
-    entropy_adv_norm_scope: str = "minibatch"  # minibatch | microbatch (reference) | group
-    clamp_entropy_factor: bool = False  # clamp (1 + α_H·Ĥ) at 0
-
-    def validate(self) -> None:
-        super().validate()
-        if self.entropy_adv_norm_scope not in ENTROPY_ADV_SCOPES:
-            raise ValueError(
-                f"config field 'entropy_adv_norm_scope': must be one of {ENTROPY_ADV_SCOPES}, "
-                f"got {self.entropy_adv_norm_scope!r}"
-            )
+    tree: TreeConfig = option(factory=aepo_tree, help="the tree rollout's settings (AEPO: both switches on)")
+    enable_entropy_balanced_clipping: bool = option(
+        True, "(§7.4) the PPO upper clip keeps a scaled gradient: (1+ε_h)·r/sg(r)"
+    )
+    enable_entropy_balanced_advantage: bool = option(True, "(§7.5) Ã = A·(1 + α_H·Ĥ)")
+    entropy_adv_alpha: float = option(0.2, "α_H of the entropy-aware advantage")
+    entropy_adv_norm_scope: Literal["minibatch", "microbatch", "group"] = option(
+        "minibatch", "where Ĥ's mean and std are taken: minibatch (all ranks), microbatch (reference), group"
+    )
+    clamp_entropy_factor: bool = option(False, "clamp (1 + α_H·Ĥ) at 0")
 
 
 class AEPOLearner(ARPOLearner):
-    """ARPO with pre-monitoring and the penalty (through `tree_config`), the gradient-preserving
-    upper clip, and the entropy-aware advantage."""
+    """ARPO with pre-monitoring and the penalty (in its `tree`), the gradient-preserving upper
+    clip, and the entropy-aware advantage."""
 
     name = "aepo"
     config_class = AEPOConfig
@@ -77,14 +74,14 @@ class AEPOLearner(ARPOLearner):
     def needs_entropy(self) -> bool:
         return super().needs_entropy() or self.config.enable_entropy_balanced_advantage
 
-    def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> None:
+    def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> Any:
         """μ, σ of π_θ's entropy over the whole mini-batch, all ranks (D10). Weights do not change
         between a mini-batch's micro-batches, so a no-grad pass now sees the entropies those
-        micro-batches will compute."""
+        micro-batches will compute. Returns (μ, σ), or {group id: (μ, σ)} for the `group` scope,
+        or None when the statistics are per micro-batch."""
         cfg = self.config
-        self._entropy_stats: Any = None
         if not cfg.enable_entropy_balanced_advantage or cfg.entropy_adv_norm_scope == "microbatch":
-            return
+            return None
         size = cfg.micro_batch_size
         moments = torch.zeros(3, dtype=torch.float64)
         per_group: dict[int, torch.Tensor] = {}
@@ -99,9 +96,8 @@ class AEPOLearner(ARPOLearner):
                     g = int(batch.group_ids[r])
                     per_group[g] = per_group.get(g, 0) + entropy_moments(ent[j], mask[j])
         if cfg.entropy_adv_norm_scope == "group":  # groups never straddle ranks
-            self._entropy_stats = {g: stats_from_moments(m) for g, m in per_group.items()}
-        else:
-            self._entropy_stats = stats_from_moments(self.reduce_sum(moments))
+            return {g: stats_from_moments(m) for g, m in per_group.items()}
+        return stats_from_moments(self.reduce_sum(moments))
 
     def adjust_advantages(
         self,
@@ -109,6 +105,7 @@ class AEPOLearner(ARPOLearner):
         micro: MicroBatch,
         advantages: torch.Tensor,
         extras: dict[str, torch.Tensor],
+        minibatch_stats: Any = None,
     ) -> torch.Tensor:
         cfg = self.config
         if not cfg.enable_entropy_balanced_advantage:
@@ -121,11 +118,11 @@ class AEPOLearner(ARPOLearner):
         if scope == "microbatch":
             mean, std = entropy_stats(ent, mask)
         elif scope == "group":
-            pairs = [self._entropy_stats[int(batch.group_ids[r])] for r in micro.rows]
+            pairs = [minibatch_stats[int(batch.group_ids[r])] for r in micro.rows]
             mean = torch.tensor([[p[0]] for p in pairs], device=ent.device)
             std = torch.tensor([[p[1]] for p in pairs], device=ent.device)
         else:
-            mean, std = self._entropy_stats
+            mean, std = minibatch_stats
         out = entropy_aware_advantages(
             advantages,
             ent,
@@ -199,7 +196,7 @@ def entropy_aware_advantages(
 __all__ = [
     "AEPOConfig",
     "AEPOLearner",
-    "ENTROPY_ADV_SCOPES",
+    "aepo_tree",
     "entropy_aware_advantages",
     "entropy_moments",
     "entropy_stats",

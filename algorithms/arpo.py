@@ -19,51 +19,30 @@ GRPO, except:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
-from algorithms.core.learner import Learner, LearnerConfig, PromptDraw, RolloutBatch, _run_coroutine
-from algorithms.rollout.tree import TreeConfig, TreeRollout, tree_metrics
-
-ATTRIBUTIONS = ("soft", "hard", "hard_no_dedupe")
+from algorithms.core.batch import PromptDraw, RolloutBatch
+from algorithms.core.config import option
+from algorithms.core.learner import Learner, _run_coroutine
+from algorithms.core.learner_config import LearnerConfig
+from algorithms.rollout.tree import TreeRollout, tree_metrics
+from algorithms.rollout.tree_config import TreeConfig
 
 
 @dataclass
 class ARPOConfig(LearnerConfig):
-    """ARPO's defaults (reference scripts, spec §6.2, §6.8); `group_size` is the budget M."""
+    """ARPO's defaults (reference scripts, docs/algorithms.md §6.2, §6.8); `group_size` is the
+    tree budget M, and every rollout setting is in `tree`."""
 
     output_dir: str = "runs/arpo"
-    group_size: int = 16  # M: trajectories per prompt, forks and top-ups included
-    initial_rollouts: int = 8  # N: full rollouts from the prompt
-    beam_size: int = 2  # Z: children per branch point, the source included
-    branch_probability: float = 0.5  # α (= τ in the reference)
-    branch_threshold: float | None = None  # τ for branch_mode=threshold; null = α
-    entropy_weight: float = 0.2  # β_br
-    branch_mode: str = "sample"  # sample (fork iff u < P) | threshold (α + β·ΔH > τ)
-    branch_rule: str = "ours"  # ours | reference (the public code's realisation)
-    entropy_tokens: int = 20  # k: leading tokens of a segment used for its entropy
-    entropy_topk: int = 10  # K: top-K log-probs per position from the engine
-    entropy_reduction: str = "scaled_mean"  # scaled_mean | sum (reference) | mean
-    entropy_tail_correction: bool = False
-    entropy_source: str = "topk"  # topk | exact (HF engine) | auto
-    topup_mode: str = "all"  # all | one (reference)
-    advantage_attribution: str = "soft"  # soft | hard | hard_no_dedupe
-
-    def validate(self) -> None:
-        super().validate()
-        if self.advantage_attribution not in ATTRIBUTIONS:
-            raise ValueError(
-                f"config field 'advantage_attribution': must be one of {ATTRIBUTIONS}, "
-                f"got {self.advantage_attribution!r}"
-            )
-        self.tree_config()
-
-    def tree_config(self) -> TreeConfig:
-        """The rollout settings of this config (every `TreeConfig` field it has; n = group_size)."""
-        names = [f.name for f in fields(TreeConfig) if f.name != "n" and hasattr(self, f.name)]
-        return TreeConfig(n=self.group_size, **{k: getattr(self, k) for k in names})
+    group_size: int = option(16, "M: trajectories per prompt, forks and top-ups included")
+    tree: TreeConfig = option(factory=TreeConfig, help="the tree rollout's settings")
+    advantage_attribution: Literal["soft", "hard", "hard_no_dedupe"] = option(
+        "soft", "soft: plain GRPO; hard: a shared token gets its sharers' mean advantage, counted once"
+    )
 
 
 class ARPOLearner(Learner):
@@ -74,8 +53,12 @@ class ARPOLearner(Learner):
     config: ARPOConfig
 
     def rollout(self, draws: Sequence[PromptDraw]) -> list[Any]:
+        return self.tree_rollout(draws)[0]
+
+    def tree_rollout(self, draws: Sequence[PromptDraw]) -> tuple[list[Any], dict[str, float]]:
+        """The trajectories of this rank's draws, and tree metrics over every rank's prompts."""
         cfg = self.config
-        tree = TreeRollout(self.engine, cfg.tree_config())
+        tree = TreeRollout(self.engine, cfg.tree, budget=cfg.group_size)
         result = _run_coroutine(
             tree.arollout(
                 [self.env_factory() for _ in draws],
@@ -93,12 +76,10 @@ class ARPOLearner(Learner):
                 "depths": [int(t.lineage.get("depth", 0)) for t in result.trajectories],
             }
         )
-        self._tree_metrics = tree_metrics(gathered["prompts"], gathered["depths"])
-        return result.trajectories
+        return result.trajectories, tree_metrics(gathered["prompts"], gathered["depths"])
 
     def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
-        trajs, metrics = super().collect(step)
-        return trajs, {**metrics, **getattr(self, "_tree_metrics", {})}
+        return self.tree_rollout(self.step_draws(step))
 
     def compute_advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
         adv, mask = super().compute_advantages(batch)
@@ -208,4 +189,4 @@ def hard_attribution(
     return out.to(advantages.dtype if advantages.is_floating_point() else torch.float32), new_mask
 
 
-__all__ = ["ATTRIBUTIONS", "ARPOConfig", "ARPOLearner", "hard_attribution"]
+__all__ = ["ARPOConfig", "ARPOLearner", "hard_attribution"]

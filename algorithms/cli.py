@@ -6,8 +6,10 @@
         --config configs/grpo_qwen2.5_7b.yaml
     agent-envs sft --config configs/sft_tiny.yaml steps=300
 
-A config file holds `key: value` lines of the algorithm's config dataclass; `key=value`
-arguments override it (dotted keys reach into mappings: `env_kwargs.world.difficulty=2`).
+A config file holds `key: value` lines of the algorithm's config dataclass (`inherit: base.yaml`
+starts from another file); `key=value` arguments override it (dotted keys reach into mappings
+and nested settings: `env_kwargs.world.difficulty=2`, `tree.beam_size=3`).
+`agent-envs train --algo arpo --help` lists every key with its type, default and help.
 Algorithms register here by import path, so adding one is one line in `ALGORITHMS`.
 """
 
@@ -39,8 +41,18 @@ def learner_class(algo: str) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from algorithms.core.config import build_config
+    from algorithms.core.config import build_config, format_help
 
+    if args.help:
+        print(args.parser.format_help())
+        if args.algo is None:
+            print("config keys: add --algo NAME to list the keys of an algorithm's config")
+        else:
+            print(f"config keys of --algo {args.algo} (set as key=value, or key: value in --config):")
+            print(format_help(learner_class(args.algo).config_class))
+        return 0
+    if args.algo is None:
+        raise SystemExit(f"train: --algo is required; choose one of {sorted(ALGORITHMS)}")
     cls = learner_class(args.algo)
     cfg = build_config(cls.config_class, args.config, args.overrides)
     _check_algo_in_file(args.config, args.algo)
@@ -52,19 +64,22 @@ def _train(args: argparse.Namespace) -> int:
 def _check_algo_in_file(path: str | None, algo: str) -> None:
     if path is None:
         return
-    import yaml
+    from algorithms.core.config import load_preset
 
-    with open(path) as fh:
-        data = yaml.safe_load(fh) or {}
-    named = data.get("algo") if isinstance(data, dict) else None
+    named = load_preset(path).get("algo")
     if named is not None and named != algo:
         raise SystemExit(f"{path} is a preset for algo {named!r}, but --algo {algo} was given")
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from algorithms.core.config import build_config
+    from algorithms.core.config import build_config, format_help
     from algorithms.sft import SFTConfig, run_sft
 
+    if args.help:
+        print(args.parser.format_help())
+        print("config keys (set as key=value, or key: value in --config):")
+        print(format_help(SFTConfig))
+        return 0
     cfg = build_config(SFTConfig, args.config, args.overrides)
     result = run_sft(cfg)
     print(json.dumps(result, indent=1))
@@ -73,8 +88,11 @@ def _sft(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `train` and `sft` on the package's argument parser."""
-    p = subparsers.add_parser("train", help="RL-train a policy (GRPO, DAPO, ARPO, AEPO) on an env")
-    p.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))
+    p = subparsers.add_parser(
+        "train", help="RL-train a policy (GRPO, DAPO, ARPO, AEPO) on an env", add_help=False
+    )
+    p.add_argument("-h", "--help", action="store_true", help="show this help and every config key of --algo")
+    p.add_argument("--algo", choices=sorted(ALGORITHMS), help="the algorithm (required)")
     p.add_argument("--config", default=None, help="YAML preset (configs/*.yaml)")
     p.add_argument(
         "--resume",
@@ -85,12 +103,15 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("--resume-from", default=None, help="continue from this checkpoint or run directory")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
-    p.set_defaults(func=_train)
+    p.set_defaults(func=_train, parser=p)
 
-    p = subparsers.add_parser("sft", help="cold-start SFT on tool-use traces (gold traces or a JSONL)")
+    p = subparsers.add_parser(
+        "sft", help="cold-start SFT on tool-use traces (gold traces or a JSONL)", add_help=False
+    )
+    p.add_argument("-h", "--help", action="store_true", help="show this help and every config key")
     p.add_argument("--config", default=None, help="YAML preset (configs/sft_*.yaml)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
-    p.set_defaults(func=_sft)
+    p.set_defaults(func=_sft, parser=p)
 
 
 __all__ = ["ALGORITHMS", "add_cli", "learner_class"]

@@ -1,8 +1,12 @@
 """DAPO (arXiv 2503.14476): GRPO with clip-higher, dynamic sampling, token-level loss and overlong
 reward shaping, and no KL.
 
-    >>> from algorithms.dapo import DAPOConfig, DAPOLearner
-    >>> DAPOLearner(DAPOConfig(model="tiny", total_steps=2, output_dir="runs/dapo")).train()  # doctest: +SKIP
+    agent-envs train --algo dapo --config configs/dapo_tiny.yaml
+
+    >>> from algorithms.dapo import DAPOConfig
+    >>> cfg = DAPOConfig(max_response_tokens=100)
+    >>> cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.overlong_cache_len
+    (0.28, 10.0, 20)
 
 GRPO, except (spec §4):
 
@@ -23,42 +27,43 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from algorithms.core.advantages import constant_groups
-from algorithms.core.learner import Learner, LearnerConfig
+from algorithms.core.config import option
+from algorithms.core.learner import Learner
+from algorithms.core.learner_config import LearnerConfig
 from algorithms.core.losses import overlong_penalty
+from algorithms.core.seeds import DRAWS_PER_ROUND, dapo_first_group_id, dapo_seed_step
 
 
 @dataclass
 class DAPOConfig(LearnerConfig):
+    """DAPO's defaults (docs/algorithms.md §4); keys not set here are GRPO's."""
+
     output_dir: str = "runs/dapo"
     group_size: int = 16
     clip_ratio_high: float = 0.28
     clip_ratio_c: float | None = 10.0
     weight_decay: float = 0.1
     warmup_steps: int = 10
-    dynamic_sampling: bool = True
-    filter_metric: str = "reward"  # reward (the shaped scalar) | acc (the env's `correct` component)
-    gen_batch_multiplier: float = 3.0  # prompts per generation round, relative to the prompts missing
-    max_num_gen_batches: int = 10  # rounds before giving up (<= 0: unlimited)
-    overlong_shaping: bool = True
-    overlong_buffer_len: int | None = None  # L_cache; default 20 % of max_response_tokens
-    overlong_penalty_factor: float = 1.0
-    overlong_basis: str = "model"  # model (m = 1 tokens) | total (tool tokens too)
+    dynamic_sampling: bool = option(True, "drop groups whose filter metric has zero spread, and refill")
+    filter_metric: Literal["reward", "acc"] = option(
+        "reward", "reward (the shaped scalar) or acc (the env's `correct` component)"
+    )
+    gen_batch_multiplier: float = option(3.0, "prompts per generation round, relative to the prompts missing")
+    max_num_gen_batches: int = option(10, "generation rounds before giving up (<= 0: unlimited)")
+    overlong_shaping: bool = option(True, "soft overlong punishment added to the env reward")
+    overlong_buffer_len: int | None = option(None, "L_cache (null: 20 % of max_response_tokens)")
+    overlong_penalty_factor: float = option(1.0, "weight of the overlong punishment")
+    overlong_basis: Literal["model", "total"] = option(
+        "model", "lengths count model tokens (model) or tool tokens too (total)"
+    )
 
     def validate(self) -> None:
         super().validate()
-        if self.filter_metric not in ("reward", "acc"):
-            raise ValueError(
-                f"config field 'filter_metric' must be reward or acc, got {self.filter_metric!r}"
-            )
-        if self.overlong_basis not in ("model", "total"):
-            raise ValueError(
-                f"config field 'overlong_basis' must be model or total, got {self.overlong_basis!r}"
-            )
         if self.gen_batch_multiplier < 1:
             raise ValueError(
                 f"config field 'gen_batch_multiplier' must be >= 1, got {self.gen_batch_multiplier}"
@@ -112,8 +117,13 @@ class DAPOLearner(Learner):
             count = max(
                 self.world, math.ceil(cfg.gen_batch_multiplier * missing_total / self.world) * self.world
             )
-            first = (step * max(cfg.max_num_gen_batches, 1) + rounds) * 1_000_003  # unique group ids
-            draws = self.draw_prompts(step * 1000 + rounds, count, first)
+            if count > DRAWS_PER_ROUND:
+                raise ValueError(
+                    f"DAPO dynamic sampling: {count} draws in one generation round exceed the "
+                    f"{DRAWS_PER_ROUND} group ids a round owns; lower gen_batch_multiplier"
+                )
+            first = dapo_first_group_id(step, rounds, max_rounds=cfg.max_num_gen_batches)
+            draws = self.draw_prompts(dapo_seed_step(step, rounds), count, first)
             per = count // self.world
             mine = draws[self.rank * per : (self.rank + 1) * per]
             if len(kept) < quota * g:

@@ -1,7 +1,11 @@
 """GRPO (DeepSeekMath): group-normalised outcome advantages, PPO clip, no critic.
 
-    >>> from algorithms.grpo import GRPOConfig, GRPOLearner
-    >>> GRPOLearner(GRPOConfig(model="tiny", total_steps=2, output_dir="runs/grpo")).train()  # doctest: +SKIP
+    agent-envs train --algo grpo --config configs/grpo_tiny.yaml
+
+    >>> from algorithms.grpo import GRPOConfig
+    >>> cfg = GRPOConfig()
+    >>> cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.kl_coef
+    (0.2, 0.2, 3.0, 0.0)
 
 GRPO *is* the shared core (`algorithms/core/learner.py`): flat group sampling, A_i = (R_i − μ_g)
 / (σ_g + 1e-6) with the unbiased std, PPO clip 0.2/0.2 with dual clip c = 3, token-mean over
@@ -14,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.core.learner import Learner, LearnerConfig
+from algorithms.core.learner import Learner
+from algorithms.core.learner_config import LearnerConfig
 
 
 @dataclass

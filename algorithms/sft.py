@@ -1,9 +1,13 @@
 """Cold-start SFT on tool-use traces: the model learns the protocol before RL.
 
     >>> from algorithms.sft import SFTConfig, run_sft
-    >>> result = run_sft(SFTConfig(model="tiny", env="AgentMath-v0", steps=300))   # doctest: +SKIP
-    >>> result["eval"]["protocol_valid"]                                           # doctest: +SKIP
-    0.97
+    >>> import tempfile
+    >>> cfg = SFTConfig(model="tiny", env="AgentMath-v0", num_examples=8, steps=2, batch_size=4,
+    ...                 eval_episodes=2, eval_max_response_tokens=16, output_dir=tempfile.mkdtemp(),
+    ...                 progress=False, tensorboard=False)
+    >>> result = run_sft(cfg)
+    >>> 0.0 <= result["eval"]["protocol_valid"] <= 1.0
+    True
 
 Training data is either the env's own gold traces (each world task has `task.gold_trace`, a list
 of actions; replaying them through the env yields the tool results), or a user JSONL file
@@ -28,15 +32,15 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from agent_envs.data.jsonl import iter_json_objects
-from algorithms.core.config import config_dict
+from algorithms.core.config import check_types, config_dict, option
 from algorithms.core.run_log import RunLogger
 
 
@@ -44,35 +48,32 @@ from algorithms.core.run_log import RunLogger
 class SFTConfig:
     """Cold-start SFT. Defaults follow tiny_model_notes: lr 1e-3 cosine, ~300 steps at batch 32."""
 
-    model: str = "tiny"  # HF checkpoint dir / hub id, or "tiny"
-    env: str = "AgentMath-v0"
-    env_kwargs: dict = field(default_factory=dict)
-    data: str | None = None  # JSONL of episodes; None: the env's gold traces
-    num_examples: int = 4000  # gold-trace episodes (tasks 0..n-1 of the env)
-    output_dir: str = "runs/sft"
-    seed: int = 0
-    threads: int | None = None
-    steps: int = 300
-    batch_size: int = 32
-    lr: float = 1e-3
-    lr_schedule: str = "cosine"  # cosine | constant
-    warmup_steps: int = 10
-    weight_decay: float = 0.0
-    max_grad_norm: float | None = 1.0
-    max_length: int = 1024  # longer episodes are dropped (with a count in the log)
-    eval_episodes: int = 64  # greedy held-out episodes at the end (tasks from the end of the env)
-    eval_max_response_tokens: int = 128
-    tensorboard: bool = True
-    progress: bool = True
+    model: str = option("tiny", 'HF checkpoint dir or hub id, or "tiny" (built locally)')
+    env: str = option("AgentMath-v0", "a registered gymnasium env id (its gold traces are the data)")
+    env_kwargs: dict = option(factory=dict, help="keyword arguments of gymnasium.make")
+    data: str | None = option(None, "JSONL of episodes (null: the env's gold traces)")
+    num_examples: int = option(4000, "gold-trace episodes (tasks 0..n-1 of the env)")
+    output_dir: str = option("runs/sft", "run directory: logs and the final model")
+    seed: int = option(0, "seed of data order and initialisation")
+    threads: int | None = option(None, "torch CPU threads (null: leave as is)")
+    steps: int = option(300, "optimizer steps")
+    batch_size: int = option(32, "sequences per optimizer step")
+    lr: float = option(1e-3, "AdamW learning rate")
+    lr_schedule: Literal["cosine", "constant"] = option("cosine", "learning-rate schedule")
+    warmup_steps: int = option(10, "steps of linear warm-up")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    max_grad_norm: float | None = option(1.0, "gradient clipping norm (null: no clipping)")
+    max_length: int = option(1024, "longer episodes are dropped (with a count in the log)")
+    eval_episodes: int = option(64, "greedy held-out episodes at the end (tasks from the end of the env)")
+    eval_max_response_tokens: int = option(128, "response budget of the held-out episodes")
+    tensorboard: bool = option(True, "write TensorBoard logs")
+    progress: bool = option(True, "show a progress bar")
 
     def validate(self) -> None:
+        check_types(self)
         for key in ("steps", "batch_size", "num_examples", "max_length"):
             if getattr(self, key) < 1:
                 raise ValueError(f"config field {key!r} must be >= 1, got {getattr(self, key)!r}")
-        if self.lr_schedule not in ("cosine", "constant"):
-            raise ValueError(
-                f"config field 'lr_schedule' must be cosine or constant, got {self.lr_schedule!r}"
-            )
         if self.lr <= 0:
             raise ValueError(f"config field 'lr' must be > 0, got {self.lr!r}")
 

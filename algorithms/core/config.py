@@ -1,30 +1,160 @@
-"""Dataclass configs from YAML presets plus `key=value` overrides, with errors that name the key.
+"""Typed dataclass configs from YAML presets plus `key=value` overrides, with errors that name the key.
 
-    >>> from dataclasses import dataclass, field
-    >>> from algorithms.core.config import build_config
+    >>> from dataclasses import dataclass
+    >>> from typing import Literal
+    >>> from algorithms.core.config import build_config, option
     >>> @dataclass
     ... class Demo:
-    ...     lr: float = 1e-6
-    ...     env_kwargs: dict = field(default_factory=dict)
-    >>> build_config(Demo, None, ["lr=3e-4", "env_kwargs.world.difficulty=2"])
-    Demo(lr=0.0003, env_kwargs={'world': {'difficulty': 2}})
+    ...     lr: float = option(1e-6, "learning rate")
+    ...     schedule: Literal["constant", "cosine"] = option("constant", "learning-rate schedule")
+    ...     env_kwargs: dict = option(factory=dict, help="passed to the env")
+    >>> build_config(Demo, None, ["lr=3", "env_kwargs.world.difficulty=2"])
+    Demo(lr=3.0, schedule='constant', env_kwargs={'world': {'difficulty': 2}})
+    >>> build_config(Demo, None, ["schedule=cosin"])
+    Traceback (most recent call last):
+    ...
+    ValueError: override 'schedule=cosin': config field 'schedule' must be one of ['constant', 'cosine'], got 'cosin'
 
-Override values are parsed as YAML (`3e-4` → float, `true` → bool, `[1,2]` → list, `null` →
-None). Dotted keys reach into dict fields. Unknown keys are errors with the closest valid name.
+Every field declares its type (checked from the annotation: `Literal[...]` choices, numbers,
+`X | None`) and its help text (`option(default, help)`). A field whose type is itself a config
+dataclass (ARPO's `tree`) is a nested mapping in YAML and a dotted key on the command line
+(`tree.beam_size=3`). Override values are parsed as YAML (`3e-4` → float, `true` → bool, `[1,2]`
+→ list, `null` → None). Unknown keys, at the top or nested, are errors with the closest valid name.
+
+A preset may start from another file with `inherit: base/tiny.yaml` (relative to the preset,
+chains allowed): the preset's keys replace the inherited ones, and mappings merge key by key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
-from collections.abc import Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
 T = TypeVar("T")
+INHERIT = "inherit"
+_MISSING = dataclasses.MISSING
+
+
+def option(
+    default: Any = _MISSING, help: str = "", *, factory: Callable[[], Any] | None = None
+) -> Any:
+    """A dataclass field with its help text (shown by `agent-envs train --algo X --help`)."""
+    if not help:
+        raise ValueError("a config option needs its help text")
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_config(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return "|".join(str(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is not None:
+        return typing.get_origin(tp).__name__
+    return getattr(tp, "__name__", str(tp))
+
+
+def coerce(tp: Any, value: Any, key: str) -> Any:
+    """`value` as type `tp` (ints into float fields, lists into tuples), or a ValueError naming `key`."""
+
+    def fail(what: str) -> ValueError:
+        return ValueError(f"config field {key!r} must be {what}, got {value!r}")
+
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = list(typing.get_args(tp))
+        if value not in choices:
+            raise fail(f"one of {choices}")
+        return value
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(arg, value, key)
+            except ValueError:
+                pass
+        raise fail(_type_name(tp))
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise fail("an integer")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML 1.1 reads "1e-4" as a string
+            except ValueError:
+                raise fail("a number") from None
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise fail("a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise fail("a string")
+        return value
+    if origin is tuple or tp is tuple:
+        if not isinstance(value, list | tuple):
+            raise fail("a list")
+        args = typing.get_args(tp)
+        if args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise fail(f"a list of {len(args)}")
+            return tuple(coerce(a, v, key) for a, v in zip(args, value, strict=True))
+        return tuple(value)
+    if origin is list or tp is list:
+        if not isinstance(value, list | tuple):
+            raise fail("a list")
+        return list(value)
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise fail("a mapping")
+        return dict(value)
+    if _is_config(tp):
+        if not isinstance(value, tp):
+            raise fail(f"a {tp.__name__} mapping")
+        return value
+    return value
+
+
+def check_types(cfg: Any, prefix: str = "") -> None:
+    """Check (and coerce in place) every field of `cfg` against its annotation; nested configs too."""
+    for f in dataclasses.fields(cfg):
+        tp = _hints(type(cfg))[f.name]
+        value = coerce(tp, getattr(cfg, f.name), prefix + f.name)
+        object.__setattr__(cfg, f.name, value)
+        if _is_config(tp):
+            check_types(value, f"{prefix}{f.name}.")
 
 
 def _suggest(key: str, names: Sequence[str]) -> str:
@@ -37,7 +167,6 @@ def _parse_value(text: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    # YAML 1.1 reads "1e-4" as a string; numbers with exponents are floats here
     if isinstance(value, str):
         try:
             return float(value)
@@ -46,18 +175,88 @@ def _parse_value(text: str) -> Any:
     return value
 
 
-def _coerce(name: str, value: Any, current: Any, where: str) -> Any:
-    """Make YAML scalars fit the field's default type (ints into float fields, '1e-4' into float)."""
-    if isinstance(current, bool) or value is None or current is None:
-        return value
-    if isinstance(current, float) and isinstance(value, int | str) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}") from None
-    if isinstance(current, int) and isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+def _merge(base: dict, top: Mapping) -> dict:
+    """`top` over `base`; mappings merge key by key."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def load_preset(path: str | os.PathLike, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The key: value mapping of a preset with its `inherit:` chain resolved (no `inherit` key left)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    here = path.resolve()
+    if here in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain, here))
+        raise ValueError(f"{path}: `inherit` forms a cycle: {cycle}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{path}: a config is a mapping of key: value, got {type(data).__name__}")
+    parent = data.pop(INHERIT, None)
+    if parent is None:
+        return dict(data)
+    if not isinstance(parent, str):
+        raise ValueError(f"{path}: `inherit` names one file (relative to {path.parent}), got {parent!r}")
+    parent_path = path.parent / parent
+    if not parent_path.is_file():
+        raise FileNotFoundError(f"{path}: inherits {parent!r}, but {parent_path} does not exist")
+    return _merge(load_preset(parent_path, (*_chain, here)), data)
+
+
+def _build(cls: type[T], base: T, data: Mapping[str, Any], where: str, prefix: str = "") -> T:
+    """`base` (an instance of `cls`) with the keys of `data` set, nested configs recursively."""
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {name: getattr(base, name) for name in names}
+    for key, value in data.items():
+        full = prefix + key
+        if key not in names:
+            raise ValueError(f"{where}: unknown config key {full!r}{_suggest(key, names)}")
+        tp = hints[key]
+        if _is_config(tp):
+            if not isinstance(value, Mapping):
+                raise ValueError(f"{where}: {full!r} is a mapping of its keys, got {value!r}")
+            values[key] = _build(tp, values[key], value, where, full + ".")
+        elif isinstance(value, Mapping) and isinstance(values[key], Mapping):
+            values[key] = _merge(values[key], value)
+        else:
+            try:
+                values[key] = coerce(tp, value, full)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+    return cls(**values)
+
+
+def _override_mapping(cls: type, item: str) -> dict[str, Any]:
+    """`a.b.c=v` as {"a": {"b": {"c": v}}}, with the top and config-nested keys checked here."""
+    if "=" not in item:
+        raise ValueError(f"override {item!r} must look like key=value")
+    key, text = item.split("=", 1)
+    parts = key.split(".")
+    node: dict[str, Any] = {}
+    root = node
+    for part in parts[:-1]:
+        node[part] = {}
+        node = node[part]
+    node[parts[-1]] = _parse_value(text)
+    # a dotted key must pass through mappings: a scalar field cannot be reached into
+    owner: Any = cls
+    for i, part in enumerate(parts[:-1]):
+        if not _is_config(owner):
+            break
+        tp = _hints(owner).get(part)
+        if tp is None:
+            break  # unknown: reported with a suggestion by _build
+        if not (_is_config(tp) or tp is dict or typing.get_origin(tp) is dict):
+            raise ValueError(f"override {item!r}: {'.'.join(parts[: i + 1])!r} is not a mapping")
+        owner = tp
+    return root
 
 
 def build_config(
@@ -67,59 +266,23 @@ def build_config(
     *,
     ignore: Sequence[str] = ("algo",),
 ) -> T:
-    """Defaults of `cls` ← the YAML file at `path` ← `key=value` overrides; then `validate()`.
+    """Defaults of `cls` ← the preset at `path` (with its `inherit` chain) ← `key=value` overrides;
+    then the type checks and `validate()`.
 
-    Keys in `ignore` (e.g. `algo`, which the CLI reads itself) may appear in the file.
+    Keys in `ignore` (e.g. `algo`, which the CLI reads itself) may appear at the top of the file.
     """
-    names = [f.name for f in dataclasses.fields(cls)]
-    defaults = cls()
-    merged: dict[str, Any] = {}
+    cfg = cls()
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {path} not found")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML ({exc})") from None
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{path}: a config is a mapping of key: value, got {type(data).__name__}")
-        for key, value in data.items():
-            if key in ignore:
-                continue
-            if key not in names:
-                raise ValueError(f"{path}: unknown config key {key!r}{_suggest(key, names)}")
-            merged[key] = _coerce(key, value, getattr(defaults, key), str(path))
+        data = {k: v for k, v in load_preset(path).items() if k not in ignore}
+        cfg = _build(cls, cfg, data, str(path))
     for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} must look like key=value")
-        key, text = item.split("=", 1)
-        top, *rest = key.split(".")
-        if top not in names:
-            raise ValueError(f"override {item!r}: unknown config key {top!r}{_suggest(top, names)}")
-        value = _parse_value(text)
-        if rest:
-            base = merged.get(top, getattr(defaults, top))
-            if not isinstance(base, dict):
-                raise ValueError(f"override {item!r}: {top!r} is not a mapping, so {key!r} cannot be set")
-            node = base = _deep_copy(base)
-            for part in rest[:-1]:
-                node = node.setdefault(part, {})
-                if not isinstance(node, dict):
-                    raise ValueError(f"override {item!r}: {part!r} is not a mapping")
-            node[rest[-1]] = value
-            merged[top] = base
-        else:
-            merged[top] = _coerce(top, value, getattr(defaults, top), f"override {item!r}")
-    cfg = cls(**merged)
+        cfg = _build(cls, cfg, _override_mapping(cls, item), f"override {item!r}")
     validate = getattr(cfg, "validate", None)
     if validate is not None:
         validate()
+    else:
+        check_types(cfg)
     return cfg
-
-
-def _deep_copy(d: dict) -> dict:
-    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:
@@ -127,4 +290,55 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-__all__ = ["build_config", "config_dict"]
+def field_help(cls: type, name: str) -> str:
+    """The help of field `name`, from `cls` or the first base class that declares it with help
+    (a subclass that only changes a default keeps its parent's help)."""
+    for klass in cls.__mro__:
+        if dataclasses.is_dataclass(klass):
+            for f in dataclasses.fields(klass):
+                if f.name == name and f.metadata.get("help"):
+                    return f.metadata["help"]
+    return ""
+
+
+def _show(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def describe_config(cls: type, defaults: Any = None, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) of every key of `cls`, nested configs as dotted keys.
+
+    Nested defaults are the owner's (AEPO's `tree` turns its switches on), as a user starts from.
+    """
+    defaults = cls() if defaults is None else defaults
+    rows = []
+    for f in dataclasses.fields(cls):
+        tp = _hints(cls)[f.name]
+        value = getattr(defaults, f.name)
+        if _is_config(tp):
+            rows += describe_config(tp, value, prefix + f.name + ".")
+        else:
+            rows.append((prefix + f.name, _type_name(tp), _show(value), field_help(cls, f.name)))
+    return rows
+
+
+def format_help(cls: type) -> str:
+    """The `--help` text of a config class: one block per key with its type, default and help."""
+    lines = []
+    for key, tp, default, help_text in describe_config(cls):
+        lines.append(f"  {key} ({tp}, default {default})")
+        lines.append(f"      {help_text}")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "build_config",
+    "check_types",
+    "coerce",
+    "config_dict",
+    "describe_config",
+    "field_help",
+    "format_help",
+    "load_preset",
+    "option",
+]

@@ -1,8 +1,15 @@
 """The RL learner loop on Accelerate, shared by GRPO, DAPO, ARPO and AEPO.
 
-    >>> from algorithms.core.learner import Learner, LearnerConfig
-    >>> cfg = LearnerConfig(model="tiny", env="AgentMath-v0", total_steps=2, output_dir="runs/demo")
-    >>> Learner(cfg).train()                                              # doctest: +SKIP
+    >>> import tempfile
+    >>> from algorithms.core.learner import Learner
+    >>> from algorithms.core.learner_config import LearnerConfig
+    >>> cfg = LearnerConfig(model="tiny", env="AgentMath-v0", total_steps=1, prompts_per_step=2,
+    ...                     group_size=2, max_response_tokens=16, output_dir=tempfile.mkdtemp(),
+    ...                     progress=False, tensorboard=False, export_model=False)
+    >>> [metrics] = Learner(cfg).train()  # doctest: +ELLIPSIS
+    [grpo] resolved config: ...
+    >>> metrics["num_trajectories"]
+    4.0
 
 One RL step (specs/algorithms.md §2.1):
 
@@ -34,232 +41,23 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, SCALE_MODES, grpo_advantages
+from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
+from algorithms.core.batch import MicroBatch, PromptDraw, PromptSampler, RolloutBatch
 from algorithms.core.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from algorithms.core.config import config_dict
+from algorithms.core.learner_config import LearnerConfig
 from algorithms.core.logprobs import token_logprobs
-from algorithms.core.losses import AGG_MODES, KL_KINDS, aggregate, kl_penalty, policy_loss
+from algorithms.core.losses import aggregate, kl_penalty, policy_loss
 from algorithms.core.run_log import RunLogger
+from algorithms.core.seeds import draw_seed, flat_group_id, flat_traj_id
 
 POLICY_LOSSES = {"ppo_clip": "hard", "ppo_clip_gradpreserve": "grad_preserve"}
-ENGINES = ("hf", "vllm")
-
-
-@dataclass
-class LearnerConfig:
-    """Every knob of the shared loop. Defaults are GRPO's (spec §3.3); presets live in configs/."""
-
-    # what to train, where
-    model: str = "tiny"  # HF checkpoint dir / hub id, or "tiny" (built locally, see models.tiny)
-    env: str = "AgentMath-v0"  # a registered gymnasium id
-    env_kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
-    engine: str = "hf"  # hf (transformers; shares the learner's weights) | vllm
-    engine_kwargs: dict = field(default_factory=dict)
-    output_dir: str = "runs/grpo"
-    seed: int = 0
-    threads: int | None = None  # torch CPU threads (None: leave as is)
-    # rollout
-    total_steps: int = 100  # RL steps
-    prompts_per_step: int = 4  # prompt draws per RL step, over all ranks
-    group_size: int = 8  # G responses per prompt
-    max_response_tokens: int = 256  # per episode, model and tool tokens together
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    # optimisation
-    mini_batch_prompts: int | None = None  # prompts per optimizer step; None = the whole RL step
-    ppo_epochs: int = 1
-    micro_batch_size: int = 8  # sequences per forward/backward on one rank
-    lr: float = 1e-6
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    lr_schedule: str = "constant"  # constant | cosine (over all optimizer steps)
-    warmup_steps: int = 0  # optimizer steps of linear warm-up
-    min_lr_ratio: float = 0.0  # cosine floor, as a fraction of lr
-    max_grad_norm: float | None = 1.0
-    mixed_precision: str = "auto"  # auto (bf16 where the GPU supports it) | no | bf16 | fp16
-    gradient_checkpointing: bool = False
-    # advantages and loss
-    advantage_estimator: str = "grpo"  # grpo | rloo
-    scale_rewards: str = "group"  # group | batch | none (Dr. GRPO)
-    adv_eps: float = 1e-6
-    policy_loss: str = "ppo_clip"  # ppo_clip | ppo_clip_gradpreserve (AEPO §7.4)
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float | None = 3.0  # dual clip; null disables
-    loss_agg_mode: str = "token-mean"
-    loss_scale_len: int | None = None  # L_const of seq-mean-token-sum-norm; default max_response_tokens
-    kl_coef: float = 0.0  # 0: no reference model is loaded or run (D22)
-    kl_estimator: str = "low_var_kl"
-    entropy_coeff: float = 0.0
-    log_entropy: bool = True  # entropy of the training forward pass as a metric
-    rollout_is: str = "none"  # none | tis (token-level truncated importance sampling, §2.9)
-    rollout_is_threshold: float = 2.0
-    # logging and checkpoints
-    save_every: int = 0  # RL steps between checkpoints (0: only at the end)
-    keep_checkpoints: int = 2
-    tensorboard: bool = True
-    wandb: bool = False
-    wandb_project: str = "agent-envs"
-    progress: bool = True
-    save_trajectories: bool = False  # write each step's trajectories to <output_dir>/trajectories/
-    # validation: greedy, one episode per task (spec §3.3), before training, every `eval_every` RL
-    # steps and at the end; logged as eval/* metrics
-    eval_every: int = 0  # 0: off
-    eval_episodes: int = 32  # the env's last tasks, held out from training draws
-    export_model: bool = True  # save_pretrained the final policy to <output_dir>/final_model
-
-    def validate(self) -> None:
-        def need(ok: bool, key: str, what: str) -> None:
-            if not ok:
-                raise ValueError(f"config field {key!r}: {what}, got {getattr(self, key)!r}")
-
-        need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")
-        need(self.total_steps >= 0, "total_steps", "must be >= 0")
-        need(self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1")
-        need(self.group_size >= 1, "group_size", "must be >= 1")
-        need(self.max_response_tokens >= 1, "max_response_tokens", "must be >= 1")
-        need(self.temperature > 0, "temperature", "must be > 0 for training rollouts")
-        need(self.ppo_epochs >= 1, "ppo_epochs", "must be >= 1")
-        need(self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1")
-        mb = self.mini_batch_prompts or self.prompts_per_step
-        need(
-            self.prompts_per_step % mb == 0,
-            "mini_batch_prompts",
-            f"must divide prompts_per_step={self.prompts_per_step}",
-        )
-        need(self.lr_schedule in ("constant", "cosine"), "lr_schedule", "must be constant or cosine")
-        need(
-            self.mixed_precision in ("auto", "no", "bf16", "fp16"),
-            "mixed_precision",
-            "must be auto|no|bf16|fp16",
-        )
-        need(
-            self.advantage_estimator in ADVANTAGE_ESTIMATORS,
-            "advantage_estimator",
-            f"one of {list(ADVANTAGE_ESTIMATORS)}",
-        )
-        need(self.scale_rewards in SCALE_MODES, "scale_rewards", f"must be one of {SCALE_MODES}")
-        need(self.policy_loss in POLICY_LOSSES, "policy_loss", f"must be one of {list(POLICY_LOSSES)}")
-        need(self.loss_agg_mode in AGG_MODES, "loss_agg_mode", f"must be one of {AGG_MODES}")
-        need(self.kl_estimator in KL_KINDS, "kl_estimator", f"must be one of {KL_KINDS}")
-        need(self.kl_coef >= 0, "kl_coef", "must be >= 0")
-        need(self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c", "must be > 1 or null")
-        need(self.rollout_is in ("none", "tis"), "rollout_is", "must be none or tis")
-        need(self.save_every >= 0, "save_every", "must be >= 0")
-        need(self.eval_every >= 0, "eval_every", "must be >= 0")
-        need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
-
-    @property
-    def num_minibatches(self) -> int:
-        return self.prompts_per_step // (self.mini_batch_prompts or self.prompts_per_step)
-
-
-@dataclass(frozen=True)
-class PromptDraw:
-    """One prompt drawn for a step: which task, its group id, and the seed of its samples."""
-
-    index: int
-    group_id: int
-    seed: int
-
-
-class PromptSampler:
-    """Seeded epochs over task indices; its state is (epoch, cursor) and fits in a checkpoint."""
-
-    def __init__(self, num_tasks: int, seed: int) -> None:
-        if num_tasks < 1:
-            raise ValueError("the env has no tasks to draw prompts from")
-        self.num_tasks, self.seed = num_tasks, seed
-        self.epoch, self.cursor = 0, 0
-        self._perm = self._permutation()
-
-    def _permutation(self) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_tasks)
-
-    def draw(self, k: int) -> list[int]:
-        out = []
-        while len(out) < k:
-            if self.cursor >= self.num_tasks:
-                self.epoch, self.cursor = self.epoch + 1, 0
-                self._perm = self._permutation()
-            take = min(k - len(out), self.num_tasks - self.cursor)
-            out += self._perm[self.cursor : self.cursor + take].tolist()
-            self.cursor += take
-        return out
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "cursor": self.cursor}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
-        self._perm = self._permutation()
-
-
-def draw_seed(*parts: int) -> int:
-    """A 31-bit seed that depends on every part (so each draw's samples are reproducible)."""
-    return int(np.random.SeedSequence([abs(int(p)) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
-
-
-@dataclass
-class RolloutBatch:
-    """A rank's trajectories of one RL step as padded response-space tensors [B, T].
-
-    Hooks may replace `advantages` (per trajectory or per token) and `loss_mask` (e.g. hard
-    attribution), and put per-token tensors in `extras`.
-    """
-
-    trajectories: list[Any]
-    rewards: torch.Tensor  # [B]
-    group_ids: torch.Tensor  # [B]
-    response_ids: torch.Tensor  # [B, T] (pad 0)
-    loss_mask: torch.Tensor  # [B, T] float
-    rollout_logprobs: torch.Tensor  # [B, T]
-    advantages: torch.Tensor | None = None  # [B] or [B, T]
-    old_logprobs: torch.Tensor | None = None
-    ref_logprobs: torch.Tensor | None = None
-    old_entropy: torch.Tensor | None = None
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.trajectories)
-
-    @classmethod
-    def from_trajectories(cls, trajs: Sequence[Any], rewards: torch.Tensor) -> RolloutBatch:
-        width = max((len(t.response_ids) for t in trajs), default=0)
-        b = len(trajs)
-        ids = torch.zeros(b, max(width, 1), dtype=torch.long)
-        mask = torch.zeros(b, max(width, 1))
-        lps = torch.zeros(b, max(width, 1))
-        for i, t in enumerate(trajs):
-            n = len(t.response_ids)
-            ids[i, :n] = torch.tensor(t.response_ids, dtype=torch.long)
-            mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
-            lps[i, :n] = torch.tensor(t.logprobs, dtype=torch.float)
-        return cls(
-            trajectories=list(trajs),
-            rewards=rewards.float(),
-            group_ids=torch.tensor([t.group_id for t in trajs], dtype=torch.long),
-            response_ids=ids,
-            loss_mask=mask,
-            rollout_logprobs=lps,
-        )
-
-
-@dataclass
-class MicroBatch:
-    """Rows of a `RolloutBatch` trained together; `rows` index the batch, `width` trims padding."""
-
-    rows: list[int]
-    width: int
-    dummy: bool = False  # a rank with fewer rows than others still runs forward/backward (mask 0)
 
 
 class Learner:
@@ -427,9 +225,7 @@ class Learner:
     def draw_prompts(self, step: int, count: int, first_group: int) -> list[PromptDraw]:
         """Global prompt draws of a step, identical on every rank."""
         return [
-            PromptDraw(
-                index=i, group_id=first_group + k, seed=draw_seed(self.config.seed, step, first_group + k)
-            )
+            PromptDraw(index=i, group_id=first_group + k, seed=draw_seed(self.config.seed, step, first_group + k))
             for k, i in enumerate(self.sampler.draw(count))
         ]
 
@@ -449,8 +245,8 @@ class Learner:
         """Trajectories for this rank's draws, `sequences_per_prompt()` each, grouped by draw in
         order (hook: ARPO/AEPO use the tree rollout).
 
-        Trajectory ids are global (group id × G + k) and the runner derives each request's seed
-        from (seed, trajectory id, turn), so samples do not depend on ranks or batching.
+        Trajectory ids are global (`seeds.flat_traj_id`) and the runner derives each request's
+        seed from (seed, trajectory id, turn), so samples do not depend on ranks or batching.
         """
         from algorithms.rollout.runner import run_paths, start_group
 
@@ -466,7 +262,7 @@ class Learner:
                     self.tokenizer,
                     d.group_id,
                     g,
-                    d.group_id * g,
+                    flat_traj_id(d.group_id, 0, g),
                     seed=d.seed,
                     options={"index": d.index},
                 )
@@ -475,11 +271,16 @@ class Learner:
 
         return _run_coroutine(run())
 
-    def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
-        """One step's local trajectories and rollout metrics (hook: DAPO's dynamic sampling)."""
+    def step_draws(self, step: int) -> list[PromptDraw]:
+        """This rank's prompt draws of RL step `step`."""
         cfg = self.config
-        draws = self.draw_prompts(step, cfg.prompts_per_step, step * cfg.prompts_per_step)
-        return self.rollout(self.local_share(draws)), {}
+        first = flat_group_id(step, 0, prompts_per_step=cfg.prompts_per_step)
+        return self.local_share(self.draw_prompts(step, cfg.prompts_per_step, first))
+
+    def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
+        """One step's local trajectories and rollout metrics (hook: DAPO's dynamic sampling,
+        ARPO's tree metrics)."""
+        return self.rollout(self.step_draws(step)), {}
 
     def shape_rewards(self, trajectories: Sequence[Any]) -> torch.Tensor:
         """The scalar reward per trajectory used for advantages (hook: DAPO overlong shaping)."""
@@ -520,8 +321,10 @@ class Learner:
         `entropy_coeff` alone (defect D9): any feature or metric that needs it turns it on."""
         return self.config.log_entropy or self.config.entropy_coeff != 0
 
-    def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> None:
-        """Called before the micro-batches of a mini-batch (hook: mini-batch statistics)."""
+    def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> Any:
+        """Called before the micro-batches of a mini-batch (hook: mini-batch statistics); what it
+        returns is handed to `adjust_advantages` for each of those micro-batches."""
+        return None
 
     def adjust_advantages(
         self,
@@ -529,9 +332,11 @@ class Learner:
         micro: MicroBatch,
         advantages: torch.Tensor,
         extras: dict[str, torch.Tensor],
+        minibatch_stats: Any = None,
     ) -> torch.Tensor:
         """Per micro-batch advantages given this forward pass's per-token tensors (`entropy`,
-        `logprobs`, detached) (hook: AEPO's entropy-aware advantage)."""
+        `logprobs`, detached) and what `prepare_minibatch` returned for its mini-batch (hook:
+        AEPO's entropy-aware advantage)."""
         return advantages
 
     # ---- forward passes -----------------------------------------------------------------------
@@ -659,11 +464,11 @@ class Learner:
         ga = acc.gradient_accumulation_steps
         for _ in range(cfg.ppo_epochs):
             for rows in self._minibatch_rows(batch):
-                self.prepare_minibatch(batch, rows)
+                stats = self.prepare_minibatch(batch, rows)
                 mask = batch.loss_mask[rows]
                 n_tok = self.reduce_sum(mask.sum())
                 n_seq = self.reduce_sum((mask.sum(-1) > 0).sum())
-                part = self._train_minibatch(batch, rows, n_tok, n_seq, ga)
+                part = self._train_minibatch(batch, rows, n_tok, n_seq, ga, stats)
                 for k, v in part.items():
                     sums[k] = sums.get(k, 0.0) + v
                 n_updates += 1
@@ -680,7 +485,13 @@ class Learner:
         return metrics
 
     def _train_minibatch(
-        self, batch: RolloutBatch, rows: list[int], n_tok: torch.Tensor, n_seq: torch.Tensor, ga: int
+        self,
+        batch: RolloutBatch,
+        rows: list[int],
+        n_tok: torch.Tensor,
+        n_seq: torch.Tensor,
+        ga: int,
+        minibatch_stats: Any = None,
     ) -> dict[str, float]:
         cfg = self.config
         acc = self.accelerator
@@ -711,7 +522,7 @@ class Learner:
                 adv = batch.advantages
                 adv = adv[micro.rows] if adv.dim() == 1 else adv[micro.rows, :w]
                 extras = {"logprobs": lp.detach(), **({"entropy": ent.detach()} if ent is not None else {})}
-                adv = self.adjust_advantages(batch, micro, adv.to(dev), extras)
+                adv = self.adjust_advantages(batch, micro, adv.to(dev), extras, minibatch_stats)
                 is_w = None
                 behaviour = batch.rollout_logprobs[micro.rows, :w].to(dev)
                 log_w = (old - behaviour).clamp(-20, 20) * mask
@@ -919,12 +730,4 @@ def _run_coroutine(coro: Any) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, background_loop()).result()
 
 
-__all__ = [
-    "Learner",
-    "LearnerConfig",
-    "MicroBatch",
-    "PromptDraw",
-    "PromptSampler",
-    "RolloutBatch",
-    "draw_seed",
-]
+__all__ = ["Learner"]

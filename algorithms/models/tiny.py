@@ -9,8 +9,8 @@ a Qwen-style ChatML chat template) and a random-init `Qwen2ForCausalLM` (hidden 
 `save_pretrained` in float32. vLLM and transformers both load the directory.
 
     >>> from algorithms.models.tiny import build_tiny_model
-    >>> path = build_tiny_model(seed=0)              # doctest: +SKIP
-    >>> sorted(p.name for p in path.iterdir())[:2]   # doctest: +SKIP
+    >>> path = build_tiny_model(seed=0)
+    >>> sorted(p.name for p in path.iterdir())[:2]
     ['chat_template.jinja', 'config.json']
 
 `warmup_steps > 0` additionally trains the random model for that many steps on the same episode

@@ -7,10 +7,10 @@ top-k log-probs per position (for entropy), and why generation stopped.
 
     >>> from algorithms.rollout import HFEngine, SamplingParams
     >>> from algorithms.models.tiny import build_tiny_model
-    >>> engine = HFEngine(build_tiny_model())                        # doctest: +SKIP
-    >>> ids = engine.tokenizer("<|im_start|>user\\nhi<|im_end|>\\n")["input_ids"]  # doctest: +SKIP
-    >>> [seg] = engine.generate([ids], SamplingParams(max_tokens=8))  # doctest: +SKIP
-    >>> len(seg.token_ids) == len(seg.logprobs) <= 8                 # doctest: +SKIP
+    >>> engine = HFEngine(build_tiny_model())
+    >>> ids = engine.tokenizer("<|im_start|>user\\nhi<|im_end|>\\n")["input_ids"]
+    >>> [seg] = engine.generate([ids], SamplingParams(max_tokens=8))
+    >>> len(seg.token_ids) == len(seg.logprobs) <= 8
     True
 """
 

@@ -26,42 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
-Reduction = Literal["scaled_mean", "sum", "mean"]
+from algorithms.rollout.tree_config import Reduction, TreeConfig
+
 REDUCTIONS = ("scaled_mean", "sum", "mean")
-
-
-@dataclass(frozen=True)
-class EntropySettings:
-    """How a generated segment's entropy is measured (spec §6.3).
-
-    tokens: k, the leading positions of a segment that count (reference: 20, hard-coded).
-    topk: K, top-K log-probs requested per position (reference: 10; vLLM caps at 20 unless the
-        engine's `max_logprobs` is raised).
-    reduction: `scaled_mean` (ours), `sum` (reference) or `mean`.
-    tail_correction: add the estimated entropy of the mass outside the top K, spread uniformly
-        over the |V| − K other tokens (not in the reference; off by default).
-    source: `topk` always uses the top-K estimate; `exact` needs the engine's exact per-position
-        entropy (HF); `auto` uses exact entropy when the engine gives it, else top-K.
-    """
-
-    tokens: int = 20
-    topk: int = 10
-    reduction: Reduction = "scaled_mean"
-    tail_correction: bool = False
-    source: Literal["auto", "topk", "exact"] = "topk"
-
-    def __post_init__(self) -> None:
-        if self.tokens < 1:
-            raise ValueError(f"entropy_tokens must be ≥ 1, got {self.tokens}")
-        if self.topk < 1:
-            raise ValueError(f"entropy_topk must be ≥ 1 (the engine's logprobs=K), got {self.topk}")
-        if self.reduction not in REDUCTIONS:
-            raise ValueError(f"entropy_reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
-        if self.source not in ("auto", "topk", "exact"):
-            raise ValueError(f"entropy_source must be auto, topk or exact, got {self.source!r}")
 
 
 def position_entropy(logprobs: Sequence[float], topk: int, *, vocab_size: int | None = None) -> float:
@@ -120,7 +88,7 @@ def segment_entropy(
 def measure_segment(
     top_logprobs: Sequence[Sequence[float]] | None,
     exact: Sequence[float] | None,
-    settings: EntropySettings,
+    settings: TreeConfig,
     vocab_size: int,
 ) -> float | None:
     """H_seg of one generated segment from whatever entropy data the engine returned.
@@ -129,26 +97,25 @@ def measure_segment(
     entropy (or None). Raises when the chosen source is missing, since a silent zero would
     disable branching (the engine must be asked for `logprobs=K`).
     """
-    use_exact = settings.source == "exact" or (settings.source == "auto" and exact is not None)
+    use_exact = settings.entropy_source == "exact" or (settings.entropy_source == "auto" and exact is not None)
     if use_exact:
         if exact is None:
             raise ValueError(
-                "entropy_source='exact' but the engine returned no exact entropy; use 'topk' or 'auto'"
+                "tree.entropy_source='exact' but the engine returned no exact entropy; use 'topk' or 'auto'"
             )
-        h = list(exact[: settings.tokens])
+        h = list(exact[: settings.entropy_tokens])
     else:
         if top_logprobs is None:
             raise ValueError(
                 "the engine returned no top-K log-probs; request SamplingParams(logprobs=K) with K = entropy_topk"
             )
-        tail_v = vocab_size if settings.tail_correction else None
-        h = position_entropies(top_logprobs[: settings.tokens], settings.topk, vocab_size=tail_v)
-    return segment_entropy(h, vocab_size=vocab_size, tokens=settings.tokens, reduction=settings.reduction)
+        tail_v = vocab_size if settings.entropy_tail_correction else None
+        h = position_entropies(top_logprobs[: settings.entropy_tokens], settings.entropy_topk, vocab_size=tail_v)
+    return segment_entropy(h, vocab_size=vocab_size, tokens=settings.entropy_tokens, reduction=settings.entropy_reduction)
 
 
 __all__ = [
     "REDUCTIONS",
-    "EntropySettings",
     "measure_segment",
     "position_entropies",
     "position_entropy",

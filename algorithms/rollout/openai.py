@@ -14,9 +14,12 @@ Two prompt modes:
   not match. Use it for evaluation and judging, not for training.
 `"auto"` (default) uses ids and falls back to text when the server rejects an id prompt.
 
-    >>> from algorithms.rollout import OpenAIEngine, SamplingParams
-    >>> engine = OpenAIEngine("http://127.0.0.1:8000/v1", model="tiny", tokenizer=path)   # doctest: +SKIP
-    >>> segs = engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8))  # doctest: +SKIP
+    from algorithms.rollout import OpenAIEngine, SamplingParams
+
+    engine = OpenAIEngine("http://127.0.0.1:8000/v1", model="tiny", tokenizer=path)
+    segs = engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8))
+
+(not a doctest: it needs a running server, e.g. `vllm serve`)
 """
 
 from __future__ import annotations

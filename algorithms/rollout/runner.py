@@ -10,13 +10,15 @@ Episodes do not wait for each other: a generation loop batches every path that i
 generate into one engine call (run in a worker thread), while the env steps (tool calls) of the
 other paths run as asyncio tasks; so tool latency hides behind generation.
 
-    >>> import asyncio
+    >>> import asyncio, gymnasium as gym, agent_envs
     >>> from algorithms.rollout import HFEngine, SamplingParams, run_episodes
     >>> from algorithms.models.tiny import build_tiny_model
-    >>> engine = HFEngine(build_tiny_model(warmup_steps=150))                       # doctest: +SKIP
-    >>> make_env = lambda: ToolEnv(tasks, [PythonTool()], tokenizer=engine.tokenizer)  # doctest: +SKIP
-    >>> trajs = asyncio.run(run_episodes(engine, make_env, SamplingParams(top_k=-1),  # doctest: +SKIP
-    ...                                  n_prompts=4, group_size=8, max_response_tokens=256))
+    >>> engine = HFEngine(build_tiny_model())
+    >>> make_env = lambda: gym.make("AgentMath-v0", tokenizer=engine.tokenizer).unwrapped
+    >>> trajs = asyncio.run(run_episodes(engine, make_env, SamplingParams(top_k=-1),
+    ...                                  n_prompts=2, group_size=2, max_response_tokens=24))
+    >>> len(trajs), all(len(t.response_ids) <= 24 for t in trajs)
+    (4, True)
 
 Building blocks for other strategies (the ARPO/AEPO tree rollout forks paths between
 iterations): `Path` (one episode in flight), `start_group`, `generate_segments` (one segment for
@@ -30,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from algorithms.core.seeds import request_seed
 from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
 from algorithms.rollout.trajectory import Trajectory
 
@@ -199,7 +202,7 @@ def start_group(
 def segment_params(path: Path, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
     """This path's request: its remaining budget as max_tokens, the env's stop strings added."""
     stops = list(dict.fromkeys([*params.stop, *path.env.stop_sequences]))
-    seed = None if params.seed is None else params.seed + 1_000_003 * path.traj_id + path.turns
+    seed = request_seed(params.seed, path.traj_id, path.turns)
     return params.with_(
         max_tokens=min(params.max_tokens, path.remaining(max_response_tokens)), stop=stops, n=1, seed=seed
     )

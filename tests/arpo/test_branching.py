@@ -7,31 +7,36 @@ import random
 
 import pytest
 
-from algorithms.rollout.branching import (
-    BranchRule,
-    branch_probability,
-    decide_branch,
-    premonitor_global_samples,
-)
+from algorithms.rollout.branching import branch_probability, decide_branch, premonitor_global_samples
+from algorithms.rollout.tree_config import TreeConfig
 
-ARPO = BranchRule(probability=0.5, entropy_weight=0.2)
+
+def rule_of(probability=0.5, threshold=None, entropy_weight=0.2, consecutive_penalty=0.0,
+               mode="sample", rule="ours") -> TreeConfig:  # fmt: skip
+    """The branch settings of a TreeConfig under the short names of the formulas."""
+    return TreeConfig(branch_probability=probability, branch_threshold=threshold, entropy_weight=entropy_weight,
+                      enable_consecutive_penalty=consecutive_penalty > 0, consecutive_penalty=consecutive_penalty,
+                      branch_mode=mode, branch_rule=rule)  # fmt: skip
+
+
+ARPO = rule_of(probability=0.5, entropy_weight=0.2)
 
 
 @pytest.mark.parametrize(("dh", "p"), [(1.0, 0.7), (0.0, 0.5), (-2.5, 0.0), (4.0, 1.0)])
 def test_arpo_branch_probability_golden(dh, p):
     assert branch_probability(dh, ARPO) == pytest.approx(p)
-    assert branch_probability(dh, BranchRule(rule="reference")) == pytest.approx(p)
+    assert branch_probability(dh, rule_of(rule="reference")) == pytest.approx(p)
 
 
 @pytest.mark.parametrize(("depth", "ours", "ref"), [(0, 0.5, 0.5), (2, 0.45, 1 - 0.5 / 0.9), (10, 0.25, 0.0)])
 def test_consecutive_penalty_golden(depth, ours, ref):
-    assert branch_probability(0.0, BranchRule(consecutive_penalty=0.05), depth) == pytest.approx(ours)
-    rule = BranchRule(consecutive_penalty=0.05, rule="reference")
+    assert branch_probability(0.0, rule_of(consecutive_penalty=0.05), depth) == pytest.approx(ours)
+    rule = rule_of(consecutive_penalty=0.05, rule="reference")
     assert branch_probability(0.0, rule, depth) == pytest.approx(ref)
 
 
 def test_threshold_mode_is_deterministic():
-    rule = BranchRule(probability=0.5, threshold=0.5, mode="threshold")
+    rule = rule_of(probability=0.5, threshold=0.5, mode="threshold")
     assert branch_probability(0.1, rule) == 1.0 and branch_probability(-0.1, rule) == 0.0
     rng = random.Random(0)
     assert all(decide_branch(rng, 0.1, rule) for _ in range(50))
@@ -43,9 +48,9 @@ def test_threshold_mode_is_deterministic():
     [
         (ARPO, 1.0, 0),
         (ARPO, -1.3, 0),
-        (BranchRule(rule="reference"), 0.8, 0),
-        (BranchRule(consecutive_penalty=0.05), 0.5, 4),
-        (BranchRule(consecutive_penalty=0.05, rule="reference"), 0.5, 4),
+        (rule_of(rule="reference"), 0.8, 0),
+        (rule_of(consecutive_penalty=0.05), 0.5, 4),
+        (rule_of(consecutive_penalty=0.05, rule="reference"), 0.5, 4),
     ],
 )
 def test_decision_frequency_matches_probability_within_3_sigma(rule, dh, depth):
@@ -73,6 +78,6 @@ def test_premonitor_is_clamped_to_budget():
 
 def test_bad_rule_names_the_field():
     with pytest.raises(ValueError, match="branch_probability"):
-        BranchRule(probability=1.5)
+        rule_of(probability=1.5)
     with pytest.raises(ValueError, match="branch_rule"):
-        BranchRule(rule="paper")
+        rule_of(rule="paper")

@@ -9,12 +9,12 @@ import torch
 
 from algorithms.core.logprobs import token_logprobs
 from algorithms.rollout.entropy import (
-    EntropySettings,
     measure_segment,
     position_entropies,
     position_entropy,
     segment_entropy,
 )
+from algorithms.rollout.tree_config import TreeConfig
 
 
 def test_position_entropy_matches_hand_value():
@@ -49,7 +49,7 @@ def test_full_length_segment_equals_reference_scale_and_only_first_k_count():
 
 def test_empty_segment_has_no_entropy():
     assert segment_entropy([], vocab_size=100) is None
-    assert measure_segment([], None, EntropySettings(), vocab_size=100) is None
+    assert measure_segment([], None, TreeConfig(), vocab_size=100) is None
 
 
 def test_tail_correction_adds_the_uniform_tail():
@@ -61,22 +61,22 @@ def test_tail_correction_adds_the_uniform_tail():
 
 def test_measure_segment_sources():
     rows = [[math.log(0.5), math.log(0.5)]] * 3
-    s = EntropySettings(tokens=4, topk=2)
+    s = TreeConfig(entropy_tokens=4, entropy_topk=2)
     expected = 4 * math.log(2) / math.log(50)
     assert measure_segment(rows, None, s, 50) == pytest.approx(expected)
-    auto = EntropySettings(tokens=4, topk=2, source="auto")
+    auto = TreeConfig(entropy_tokens=4, entropy_topk=2, entropy_source="auto")
     assert measure_segment(rows, [1.0, 1.0, 1.0], auto, 50) == pytest.approx(4 / math.log(50))
     with pytest.raises(ValueError, match="logprobs=K"):
         measure_segment(None, None, s, 50)
     with pytest.raises(ValueError, match="exact"):
-        measure_segment(rows, None, EntropySettings(source="exact"), 50)
+        measure_segment(rows, None, TreeConfig(entropy_source="exact"), 50)
 
 
 def test_bad_settings_name_the_field():
     with pytest.raises(ValueError, match="entropy_reduction"):
-        EntropySettings(reduction="median")
+        TreeConfig(entropy_reduction="median")
     with pytest.raises(ValueError, match="entropy_topk"):
-        EntropySettings(topk=0)
+        TreeConfig(entropy_topk=0)
 
 
 def test_topk_estimate_equals_exact_entropy_when_k_covers_the_vocabulary():

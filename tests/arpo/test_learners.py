@@ -3,6 +3,7 @@ advantage (active with entropy_coeff = 0, mini-batch statistics), and `agent-env
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,17 +14,17 @@ import pytest
 import torch
 from arpo_helpers import make_env_factory
 
-from algorithms.aepo import AEPOConfig, AEPOLearner, entropy_stats
+from algorithms.aepo import AEPOConfig, AEPOLearner, aepo_tree, entropy_stats
 from algorithms.arpo import ARPOConfig, ARPOLearner, hard_attribution
-from algorithms.core.learner import Learner, MicroBatch, RolloutBatch
+from algorithms.core.batch import MicroBatch, RolloutBatch
+from algorithms.core.learner import Learner
+from algorithms.rollout.tree_config import TreeConfig
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = dict(
     total_steps=1,
     prompts_per_step=2,
     group_size=4,
-    initial_rollouts=2,
-    branch_probability=0.9,
     max_response_tokens=64,
     micro_batch_size=3,
     lr=1e-4,
@@ -32,6 +33,11 @@ SMALL = dict(
     export_model=False,
     threads=1,
 )
+SMALL_TREE = dict(initial_rollouts=2, branch_probability=0.9)
+
+
+def aepo_small_tree() -> TreeConfig:
+    return dataclasses.replace(aepo_tree(), **SMALL_TREE)
 
 
 class VariedRewards:
@@ -52,7 +58,11 @@ class AEPOVaried(VariedRewards, AEPOLearner):
 
 def test_arpo_hard_attribution_in_the_loop(tiny_model_path, tokenizer, tmp_path):
     cfg = ARPOConfig(
-        model=str(tiny_model_path), output_dir=str(tmp_path), advantage_attribution="hard", **SMALL
+        model=str(tiny_model_path),
+        output_dir=str(tmp_path),
+        advantage_attribution="hard",
+        tree=TreeConfig(**SMALL_TREE),
+        **SMALL,
     )
     learner = ARPOVaried(cfg, env_factory=make_env_factory(tokenizer))
     trajs, metrics = learner.collect(0)
@@ -77,7 +87,12 @@ def test_arpo_hard_attribution_in_the_loop(tiny_model_path, tokenizer, tmp_path)
 
 def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_path, tokenizer, tmp_path):
     cfg = AEPOConfig(
-        model=str(tiny_model_path), output_dir=str(tmp_path), entropy_coeff=0.0, log_entropy=False, **SMALL
+        model=str(tiny_model_path),
+        output_dir=str(tmp_path),
+        entropy_coeff=0.0,
+        log_entropy=False,
+        tree=aepo_small_tree(),
+        **SMALL,
     )
     learner = AEPOVaried(cfg, env_factory=make_env_factory(tokenizer))
     assert learner.needs_entropy()  # the feature alone turns the entropy on (D9)
@@ -85,8 +100,8 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
     seen = []
     original = learner.adjust_advantages
 
-    def spy(batch, micro, advantages, extras):
-        out = original(batch, micro, advantages, extras)
+    def spy(batch, micro, advantages, extras, minibatch_stats=None):
+        out = original(batch, micro, advantages, extras, minibatch_stats)
         seen.append(
             (batch, micro, advantages.detach().clone(), extras["entropy"].clone(), out.detach().clone())
         )
@@ -115,7 +130,7 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
 
 
 def test_aepo_stats_do_not_depend_on_micro_batching(tiny_model_path, tokenizer, tmp_path):
-    cfg = AEPOConfig(model=str(tiny_model_path), output_dir=str(tmp_path), **SMALL)
+    cfg = AEPOConfig(model=str(tiny_model_path), output_dir=str(tmp_path), tree=aepo_small_tree(), **SMALL)
     learner = AEPOVaried(cfg, env_factory=make_env_factory(tokenizer))
     trajs, _ = learner.collect(0)
     batch = RolloutBatch.from_trajectories(trajs, learner.shape_rewards(trajs))
@@ -123,8 +138,7 @@ def test_aepo_stats_do_not_depend_on_micro_batching(tiny_model_path, tokenizer, 
     stats = []
     for size in (1, 3, 8):
         learner.config.micro_batch_size = size
-        learner.prepare_minibatch(batch, rows)
-        stats.append(learner._entropy_stats)
+        stats.append(learner.prepare_minibatch(batch, rows))
     assert stats[0] == pytest.approx(stats[1]) and stats[1] == pytest.approx(stats[2])
     # and the learner raises rather than skipping the feature when entropy is missing
     with pytest.raises(RuntimeError, match="no entropy"):
@@ -141,7 +155,7 @@ def test_cli_train(algo, tiny_model_path, tmp_path):
         sys.executable, "-m", "agent_envs.cli", "train", "--algo", algo,
         "--config", str(REPO / "configs" / f"{algo}_tiny.yaml"),
         f"model={tiny_model_path}", f"output_dir={out}", "total_steps=1", "prompts_per_step=1",
-        "group_size=4", "initial_rollouts=2", "max_response_tokens=48", "progress=false",
+        "group_size=4", "tree.initial_rollouts=2", "max_response_tokens=48", "progress=false",
         "tensorboard=false", "export_model=false", "save_every=0",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -6,7 +6,8 @@ import pytest
 from arpo_helpers import make_env_factory, run
 
 from algorithms.rollout.engine import SamplingParams
-from algorithms.rollout.tree import TreeConfig, TreeRollout
+from algorithms.rollout.tree import TreeRollout
+from algorithms.rollout.tree_config import TreeConfig
 
 M, N = 6, 3
 PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=96)
@@ -14,8 +15,8 @@ PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=96)
 
 def tree_rollout(engine, tokenizer, seed=0, **cfg):
     # α = 0.9 so that the few tool results of a tiny model still give branches to check
-    config = TreeConfig(**{"n": M, "initial_rollouts": N, "branch_probability": 0.9, **cfg})
-    t = TreeRollout(engine, config)
+    config = TreeConfig(**{"initial_rollouts": N, "branch_probability": 0.9, **cfg})
+    t = TreeRollout(engine, config, budget=M)
     return run(
         t.arollout(make_env_factory(tokenizer), PARAMS, n_prompts=3, max_response_tokens=96, seed=seed)
     )
@@ -82,7 +83,7 @@ def test_no_state_leaks_between_calls(hf_engine, tokenizer):
 
 def test_no_branching_in_evaluation(hf_engine, tokenizer):
     t = TreeRollout(
-        hf_engine, TreeConfig(n=M, initial_rollouts=N, branch_probability=1.0, entropy_weight=0.0)
+        hf_engine, TreeConfig(initial_rollouts=N, branch_probability=1.0, entropy_weight=0.0), budget=M
     )
     res = run(
         t.arollout(

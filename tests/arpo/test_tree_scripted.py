@@ -8,7 +8,8 @@ import pytest
 from arpo_helpers import ScriptedEngine, make_env_factory, run
 
 from algorithms.rollout.engine import SamplingParams
-from algorithms.rollout.tree import TreeConfig, TreeRollout
+from algorithms.rollout.tree import TreeRollout
+from algorithms.rollout.tree_config import TreeConfig
 
 K = 20  # entropy_tokens
 
@@ -18,8 +19,8 @@ def react_entropy(h_first: float, delta_h: float, vocab: int) -> float:
     return h_first + delta_h * math.log(vocab) / K
 
 
-def tree(engine, vocab, **cfg) -> TreeRollout:
-    return TreeRollout(engine, TreeConfig(**cfg), vocab_size=vocab)
+def tree(engine, vocab, *, n: int, **cfg) -> TreeRollout:
+    return TreeRollout(engine, TreeConfig(**cfg), budget=n, vocab_size=vocab)
 
 
 def test_branch_frequency_matches_probability_over_10k_decisions(tokenizer):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from algorithms.core.batch import PromptSampler
 from algorithms.core.config import build_config
-from algorithms.core.learner import Learner, LearnerConfig, PromptSampler
+from algorithms.core.learner import Learner
+from algorithms.core.learner_config import LearnerConfig
 from algorithms.dapo import DAPOConfig, DAPOLearner
 from algorithms.rollout.trajectory import Trajectory
 
@@ -117,6 +119,26 @@ def test_dapo_dynamic_sampling_fills_with_spread_groups(tmp_path):
     assert len(groups) == 4 and all(len(set(r)) > 1 for r in groups.values())
     assert metrics["gen_rounds"] >= 2  # half of each round is dropped, so one round cannot fill it
     assert 0 < metrics["kept_group_fraction"] < 1
+
+
+@pytest.mark.parametrize("max_rounds", [0, -1, 10])
+def test_dapo_group_ids_are_unique_across_steps_and_rounds(tmp_path, max_rounds):
+    # with max_num_gen_batches <= 0 round 1 of step 0 once reused the group ids of step 1's round 0
+    class Recording(ScriptedDAPO):
+        reward_of = staticmethod(lambda index, k: 1.0 if index % 2 == 0 else float(k % 2))
+        drawn: list[int] = []
+
+        def rollout(self, draws):
+            self.drawn += [d.group_id for d in draws]
+            return super().rollout(draws)
+
+    learner = Recording(_cfg(DAPOConfig, output_dir=str(tmp_path), overlong_shaping=False,
+                             gen_batch_multiplier=1.0, max_num_gen_batches=max_rounds))  # fmt: skip
+    rounds = 0
+    for step in range(3):
+        rounds += learner.collect(step)[1]["gen_rounds"]
+    assert rounds >= 6  # several rounds per step, so ids of different rounds and steps can meet
+    assert len(learner.drawn) == len(set(learner.drawn))
 
 
 def test_dapo_gives_up_after_max_rounds(tmp_path):

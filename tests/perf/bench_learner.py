@@ -39,7 +39,8 @@ QUESTIONS = [f"What is {a} * {b}?" for a, b in ((12, 34), (56, 78), (91, 23), (4
 def build_ours(model_path: str, out: str):
     from agent_envs.base.task import Task
     from agent_envs.core.env import ToolEnv
-    from algorithms.core.learner import Learner, LearnerConfig
+    from algorithms.core.learner import Learner
+    from algorithms.core.learner_config import LearnerConfig
 
     tasks = [Task(id=f"q{i}", question=q, answers=["0"], reward="exact") for i, q in enumerate(QUESTIONS)]
     cfg = LearnerConfig(

@@ -85,9 +85,10 @@ async def flat(engine, make_env, params, prompts: list[int], seed: int, budget: 
 
 
 async def tree(engine, make_env, params, prompts: list[int], seed: int, budget: int, shape: dict):
-    from algorithms.rollout.tree import TreeConfig, TreeRollout
+    from algorithms.rollout.tree import TreeRollout
+    from algorithms.rollout.tree_config import TreeConfig
 
-    t = TreeRollout(engine, TreeConfig(n=M, **shape))
+    t = TreeRollout(engine, TreeConfig(**shape), budget=M)
     res = await t.arollout(
         make_env,
         params,

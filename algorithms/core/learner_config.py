@@ -1,0 +1,141 @@
+"""`LearnerConfig`: every knob of the shared RL loop, typed, with its help text.
+
+Defaults are GRPO's (docs/algorithms.md §3.3); each algorithm's config subclasses it and changes
+defaults or adds keys; presets live in configs/. `agent-envs train --algo X --help` prints every
+key with its type, default and help.
+
+    >>> cfg = LearnerConfig(prompts_per_step=8, mini_batch_prompts=4)
+    >>> cfg.validate(); cfg.num_minibatches
+    2
+    >>> LearnerConfig(lr_schedule="linear").validate()
+    Traceback (most recent call last):
+    ...
+    ValueError: config field 'lr_schedule' must be one of ['constant', 'cosine'], got 'linear'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from algorithms.core.config import check_types, option
+
+Engine = Literal["hf", "vllm"]
+AdvantageEstimator = Literal["grpo", "rloo"]
+ScaleRewards = Literal["group", "batch", "none"]
+PolicyLoss = Literal["ppo_clip", "ppo_clip_gradpreserve"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLEstimator = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+"]
+
+
+@dataclass
+class LearnerConfig:
+    """Every knob of the shared loop; cross-field rules are in `validate()`."""
+
+    # what to train, where
+    model: str = option("tiny", 'HF checkpoint dir or hub id, or "tiny" (built locally)')
+    env: str = option("AgentMath-v0", "a registered gymnasium env id")
+    env_kwargs: dict = option(factory=dict, help="keyword arguments of gymnasium.make (dotted keys reach in)")
+    engine: Engine = option("hf", "rollout engine: hf (shares the learner's weights) or vllm")
+    engine_kwargs: dict = option(factory=dict, help="keyword arguments of the rollout engine")
+    output_dir: str = option("runs/grpo", "run directory: checkpoints, logs, final model")
+    seed: int = option(0, "seed of prompt order, rollout sampling and initialisation")
+    threads: int | None = option(None, "torch CPU threads (null: leave as is)")
+    # rollout
+    total_steps: int = option(100, "RL steps")
+    prompts_per_step: int = option(4, "prompt draws per RL step, over all ranks")
+    group_size: int = option(8, "G: responses per prompt (ARPO/AEPO: the tree budget M)")
+    max_response_tokens: int = option(256, "per episode, model and tool tokens together")
+    temperature: float = option(1.0, "rollout sampling temperature (the trainer scales logits by it)")
+    top_p: float = option(1.0, "nucleus sampling mass")
+    top_k: int = option(-1, "top-k sampling (-1: off)")
+    # optimisation
+    mini_batch_prompts: int | None = option(None, "prompts per optimizer step (null: the whole RL step)")
+    ppo_epochs: int = option(1, "passes over each RL step's batch")
+    micro_batch_size: int = option(8, "sequences per forward/backward on one rank")
+    lr: float = option(1e-6, "AdamW learning rate")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    adam_betas: tuple[float, float] = option((0.9, 0.999), "AdamW betas")
+    lr_schedule: Literal["constant", "cosine"] = option("constant", "over all optimizer steps")
+    warmup_steps: int = option(0, "optimizer steps of linear warm-up")
+    min_lr_ratio: float = option(0.0, "cosine floor, as a fraction of lr")
+    max_grad_norm: float | None = option(1.0, "gradient clipping norm (null: no clipping)")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = option(
+        "auto", "auto: bf16 where the GPU supports it, else no"
+    )
+    gradient_checkpointing: bool = option(False, "recompute activations in backward to save memory")
+    # advantages and loss
+    advantage_estimator: AdvantageEstimator = option("grpo", "outcome advantage: grpo or rloo")
+    scale_rewards: ScaleRewards = option("group", "advantage std: per group, per batch, or none (Dr. GRPO)")
+    adv_eps: float = option(1e-6, "added to the std of the advantage normalisation")
+    policy_loss: PolicyLoss = option(
+        "ppo_clip", "ppo_clip, or ppo_clip_gradpreserve (scaled gradient above the upper clip, AEPO)"
+    )
+    clip_ratio_low: float = option(0.2, "ε_low of the PPO clip")
+    clip_ratio_high: float = option(0.2, "ε_high of the PPO clip")
+    clip_ratio_c: float | None = option(3.0, "dual-clip bound c (null: off)")
+    loss_agg_mode: LossAggMode = option("token-mean", "how token losses aggregate (docs/algorithms.md §2.3)")
+    loss_scale_len: int | None = option(
+        None, "L_const of seq-mean-token-sum-norm (null: max_response_tokens)"
+    )
+    kl_coef: float = option(0.0, "KL penalty weight (0: no reference model is loaded or run)")
+    kl_estimator: KLEstimator = option("low_var_kl", "KL estimator of the penalty")
+    entropy_coeff: float = option(0.0, "entropy bonus weight")
+    log_entropy: bool = option(True, "log the training forward pass's entropy as a metric")
+    rollout_is: Literal["none", "tis"] = option(
+        "none", "rollout importance correction: none or tis (token-level truncated IS)"
+    )
+    rollout_is_threshold: float = option(2.0, "TIS truncation C")
+    # logging and checkpoints
+    save_every: int = option(0, "RL steps between checkpoints (0: only at the end)")
+    keep_checkpoints: int = option(2, "newest checkpoints kept")
+    tensorboard: bool = option(True, "write TensorBoard logs")
+    wandb: bool = option(False, "log to Weights & Biases")
+    wandb_project: str = option("agent-envs", "Weights & Biases project")
+    progress: bool = option(True, "show a progress bar")
+    save_trajectories: bool = option(False, "write each step's trajectories to <output_dir>/trajectories/")
+    # validation: greedy, one episode per held-out task, logged as eval/* metrics
+    eval_every: int = option(0, "RL steps between greedy validations (0: off)")
+    eval_episodes: int = option(32, "the env's last tasks, held out from training draws")
+    export_model: bool = option(True, "save_pretrained the final policy to <output_dir>/final_model")
+
+    def validate(self) -> None:
+        check_types(self)
+
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"config field {key!r}: {what}, got {getattr(self, key)!r}")
+
+        need(self.total_steps >= 0, "total_steps", "must be >= 0")
+        need(self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1")
+        need(self.group_size >= 1, "group_size", "must be >= 1")
+        need(self.max_response_tokens >= 1, "max_response_tokens", "must be >= 1")
+        need(self.temperature > 0, "temperature", "must be > 0 for training rollouts")
+        need(self.ppo_epochs >= 1, "ppo_epochs", "must be >= 1")
+        need(self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1")
+        mb = self.mini_batch_prompts or self.prompts_per_step
+        need(
+            self.prompts_per_step % mb == 0,
+            "mini_batch_prompts",
+            f"must divide prompts_per_step={self.prompts_per_step}",
+        )
+        need(self.kl_coef >= 0, "kl_coef", "must be >= 0")
+        need(self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c", "must be > 1 or null")
+        need(self.save_every >= 0, "save_every", "must be >= 0")
+        need(self.eval_every >= 0, "eval_every", "must be >= 0")
+        need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
+
+    @property
+    def num_minibatches(self) -> int:
+        return self.prompts_per_step // (self.mini_batch_prompts or self.prompts_per_step)
+
+
+__all__ = [
+    "AdvantageEstimator",
+    "Engine",
+    "KLEstimator",
+    "LearnerConfig",
+    "LossAggMode",
+    "PolicyLoss",
+    "ScaleRewards",
+]
