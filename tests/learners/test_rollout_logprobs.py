@@ -38,7 +38,7 @@ class Replay(Learner):
 
     def shape_rewards(self, trajectories):
         # distinct rewards, so that advantages (and with them the loss) are not all zero
-        return torch.tensor([float(len(t.response_ids) % 5) for t in trajectories])
+        return torch.tensor([float(sum(t.response_ids) % 7) for t in trajectories])
 
 
 def _rolled_out(learner: Replay) -> RolloutBatch:
@@ -75,9 +75,12 @@ def test_truncated_importance_sampling_in_the_loop(tmp_path):
     from algorithms.rollout.hf import HFEngine
 
     threshold = 1.5
-    # the engine samples from other weights than the trainer holds (the warmed-up tiny model)
-    stale = HFEngine(build_tiny_model(warmup_steps=150), seed=0)
-    learner = Replay(_config(tmp_path, rollout_is="tis", rollout_is_threshold=threshold), engine=stale)
+    # the engine samples from other weights than the trainer holds: the trainer has the warmed-up
+    # tiny model, the engine its untrained start (tokens the trainer prefers get ratios above 1)
+    stale = HFEngine(build_tiny_model(), seed=0)
+    cfg = _config(tmp_path, model=str(build_tiny_model(warmup_steps=150)), rollout_is="tis",
+                  rollout_is_threshold=threshold)
+    learner = Replay(cfg, engine=stale)
     assert stale.tokenizer.get_vocab() == learner.tokenizer.get_vocab()
     batch = _rolled_out(learner)
     old, _ = learner._no_grad_pass(learner.model, batch, with_entropy=False)
@@ -97,3 +100,21 @@ def test_truncated_importance_sampling_in_the_loop(tmp_path):
     assert metrics["is_ratio/min"] == pytest.approx(float(ratio[on].min()), rel=1e-4)
     assert metrics["is_ratio/max"] == pytest.approx(float(ratio[on].max()), rel=1e-4)
     assert metrics["is_ratio/mean"] == pytest.approx(float(ratio[on].mean()), rel=1e-4)
+
+    # split into 2 mini-batches x 2 epochs x micro-batches of 3: the same ratios, so the same min,
+    # max and token mean (not a mean of per-batch minima, maxima or means)
+    split = Replay(_config(tmp_path / "split", model=cfg.model, rollout_is="tis", rollout_is_threshold=threshold,
+                           mini_batch_prompts=1, ppo_epochs=2, micro_batch_size=3), engine=stale)  # fmt: skip
+    split.replay = learner.replay
+    again = split.train_step()
+    for key in ("is_ratio/min", "is_ratio/mean", "is_ratio/max"):
+        assert again[key] == pytest.approx(metrics[key], rel=1e-5), key
+
+
+def test_validate_warns_when_the_engine_truncates_the_distribution(tmp_path, recwarn):
+    _config(tmp_path).validate()
+    assert not [w for w in recwarn if "top_" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"config field 'top_p'=0\.95: the trainer applies only the temperature"):
+        _config(tmp_path, top_p=0.95).validate()
+    with pytest.warns(UserWarning, match=r"config field 'top_k'=20: the trainer applies only the temperature"):
+        _config(tmp_path, top_k=20).validate()
