@@ -42,23 +42,6 @@ def markdown_table(rows: Sequence[Mapping], label: str = "run") -> str:
     return "\n".join(lines)
 
 
-def aggregate(rows: Sequence[Mapping], group_key: str) -> list[dict]:
-    """Per group (e.g. the seeds of one algorithm): each COLUMNS metric as "mean [95% CI]"
-    (Student t over the group's rows), or the single value of a one-row group."""
-    groups: dict[str, list[Mapping]] = {}
-    for r in rows:
-        groups.setdefault(str(r[group_key]), []).append(r)
-    out = []
-    for name, rs in groups.items():
-        row: dict = {"label": f"{name} (n={len(rs)})"}
-        for key, _ in COLUMNS:
-            vals = [float(r[key]) for r in rs if r.get(key) is not None]
-            if vals:
-                row[key] = format_ci(*mean_ci(vals)) if len(vals) > 1 else mean(vals)
-        out.append(row)
-    return out
-
-
 def format_value(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
