@@ -35,7 +35,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MANIFEST = "compare.json"
 RUN_RESULT = "result.json"
 # the per-step metrics kept in result.json for the curves
-CURVE_KEYS = ("reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
+CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
 
 
 @dataclass

@@ -170,7 +170,8 @@ def write_report(root: str | os.PathLike) -> dict[str, Any]:
     curves = {}
     for r in runs:
         curves.setdefault(r["algo"], []).append(r["curve"])
-    smoothed_curves_plot(curves, "reward_mean", root / "reward_curves.png", "training reward")
+    # the env's reward, before any algorithm's shaping (DAPO's overlong penalty), so curves compare
+    smoothed_curves_plot(curves, "env_reward_mean", root / "reward_curves.png", "training reward (env)")
     return summary
 
 
@@ -248,6 +249,7 @@ def smoothed_curves_plot(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: s
     if not drawn:
         plt.close(fig)
         return None
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("RL step")
     ax.set_ylabel(key)
     ax.set_title(title)

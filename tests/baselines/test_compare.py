@@ -96,7 +96,7 @@ def test_compare_two_algorithms_two_seeds(tmp_path):
     runs = {(a, s): json.loads((out / f"{a}-{s}" / "result.json").read_text()) for a in ("grpo", "arpo") for s in (0, 1)}
     for (algo, seed), r in runs.items():
         assert (out / f"{algo}-{seed}" / "log.txt").stat().st_size > 0  # parallel runs log to their folder
-        assert [c["step"] for c in r["curve"]] == [1, 2] and "reward_mean" in r["curve"][0]
+        assert [c["step"] for c in r["curve"]] == [1, 2] and "env_reward_mean" in r["curve"][0]
         assert r["budget"] == {"trajectories_per_step": 16, "steps": 2, "trajectories": 32,
                                "trained_trajectories": 32.0}  # fmt: skip
         # evaluated at the preset's own training sampling setup, not at a fixed T = 1
