@@ -123,7 +123,7 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
     [
         # H = K·h/ln|V| per segment (scaled_mean, K = 20, |V| = 528): h 2.0 → 6.381, h 0.1 → 0.319.
         # H_root is the first segment's, H̄_tool the probe's mean over its two segments, and
-        # m = ⌊M·σ(β·(H_root − H̄_tool))⌋ + 1 with M = 8, β = 0.5 (spec §7.2):
+        # m = ⌊M·σ(β·(H_root − H̄_tool))⌋ + 1 with M = 8, β = 0.5 (docs/algorithms.md §7.2):
         (2.0, 0.1, True, 7),  # ΔH = +3.031: σ = 0.820, m = ⌊6.56⌋ + 1 = 7
         (0.1, 2.0, True, 2),  # ΔH = −3.031: σ = 0.180, m = ⌊1.44⌋ + 1 = 2
         (2.0, 0.1, False, 4),  # pre-monitoring off: N = initial_rollouts
