@@ -79,6 +79,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     from baselines.evaluation.evaluate import EvalConfig, evaluate, make_engine
 
     run_dir = Path(spec.run_dir)
+    (run_dir / RUN_RESULT).unlink(missing_ok=True)  # a failed rerun must not leave an old result behind
     cls = learner_class(spec.algo)
     cfg = build_config(cls.config_class, spec.config.format(algo=spec.algo),
                        [*spec.overrides, f"seed={spec.seed}", f"output_dir={run_dir}", f"threads={spec.threads}"])
