@@ -470,8 +470,14 @@ class Learner:
                 n_seq = self.reduce_sum((mask.sum(-1) > 0).sum())
                 part = self._train_minibatch(batch, rows, n_tok, n_seq, ga, stats)
                 for k, v in part.items():
-                    sums[k] = sums.get(k, 0.0) + v
+                    if k == "is_ratio/min":
+                        sums[k] = min(sums.get(k, math.inf), v)
+                    elif k == "is_ratio/max":
+                        sums[k] = max(sums.get(k, -math.inf), v)
+                    else:
+                        sums[k] = sums.get(k, 0.0) + v
                 n_updates += 1
+        metrics.update(_is_ratio_metrics(sums))
         metrics.update({k: v / max(1, n_updates) for k, v in sums.items()})
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         self.step += 1
@@ -507,6 +513,8 @@ class Learner:
             local[key] = local.get(key, 0.0) + value.detach().double().cpu()
 
         grad_norm = None
+        ratio_min = torch.tensor(math.inf, dtype=torch.float64)
+        ratio_max = torch.tensor(-math.inf, dtype=torch.float64)
         for micro in self.micro_batches(rows, batch, ga):
             with acc.accumulate(model):
                 lp, ent = self.forward(
@@ -528,6 +536,14 @@ class Learner:
                 log_w = (old - behaviour).clamp(-20, 20) * mask
                 if cfg.rollout_is == "tis":
                     is_w = log_w.exp().clamp(max=cfg.rollout_is_threshold)
+                # the rollout importance ratio π_old/π_behaviour over trained tokens, before truncation
+                on = mask > 0
+                if bool(on.any()):
+                    ratio = log_w.detach()[on].double().exp().cpu()
+                    ratio_min = torch.minimum(ratio_min, ratio.min())
+                    ratio_max = torch.maximum(ratio_max, ratio.max())
+                    add("is_ratio/sum", ratio.sum())
+                    add("is_ratio/tokens", on.sum())
                 loss, m = policy_loss(lp, old, adv, mask, is_weights=is_w, **{**kw, **denoms})
                 for k, v in m.items():
                     add(k, v)
@@ -563,6 +579,11 @@ class Learner:
             out = {k: float(v) for k, v in zip(keys, summed, strict=True)}
         else:
             out = {}
+        if self.world > 1:  # min of the ranks' minima, max of their maxima
+            extremes = self.accelerator.gather(torch.stack([ratio_min, ratio_max]).to(acc.device)[None])
+            ratio_min, ratio_max = extremes[:, 0].min().cpu(), extremes[:, 1].max().cpu()
+        if math.isfinite(float(ratio_min)):
+            out["is_ratio/min"], out["is_ratio/max"] = float(ratio_min), float(ratio_max)
         if grad_norm is not None:
             out["grad_norm"] = float(grad_norm)
         return out
@@ -720,6 +741,17 @@ class Learner:
             self.tokenizer.save_pretrained(out)
         acc.wait_for_everyone()
         return out
+
+
+def _is_ratio_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """Pop the raw rollout-IS statistics of a step's mini-batches (already summed over ranks and
+    micro-batches, minima and maxima already combined) and return `is_ratio/{min,mean,max}`; the
+    mean is over every trained token of the step, not a mean of per-batch means."""
+    total, tokens = sums.pop("is_ratio/sum", 0.0), sums.pop("is_ratio/tokens", 0.0)
+    low, high = sums.pop("is_ratio/min", None), sums.pop("is_ratio/max", None)
+    if not tokens or low is None or high is None:
+        return {}
+    return {"is_ratio/min": low, "is_ratio/mean": total / tokens, "is_ratio/max": high}
 
 
 def _run_coroutine(coro: Any) -> Any:

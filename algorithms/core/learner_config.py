@@ -15,6 +15,7 @@ key with its type, default and help.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -124,6 +125,16 @@ class LearnerConfig:
         need(self.save_every >= 0, "save_every", "must be >= 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
+        # the engine samples from the truncated distribution, but `forward` recomputes log-probs
+        # of the full softmax at T: the PPO ratio and IS weights are then biased
+        for key, truncates in (("top_p", self.top_p < 1), ("top_k", self.top_k > 0)):
+            if truncates:
+                warnings.warn(
+                    f"config field {key!r}={getattr(self, key)!r}: the trainer applies only the "
+                    "temperature to its log-probs, not top_p/top_k, so they differ from the rollout "
+                    "engine's; set top_p: 1.0 and top_k: -1 for on-policy ratios",
+                    stacklevel=2,
+                )
 
     @property
     def num_minibatches(self) -> int:

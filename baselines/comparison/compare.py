@@ -1,94 +1,235 @@
 """Baseline comparisons: N algorithms x seeds on the same env, model and sample budget.
 
-    agent-envs compare --algos grpo,dapo,arpo,aepo --seeds 0,1 --out runs/compare \\
+    agent-envs compare --algos grpo,dapo,arpo,aepo --seeds 0,1,2 --out runs/compare \\
         model=runs/quickstart/sft/final_model total_steps=100
+    agent-envs compare --report-only runs/compare        # rebuild table and plots, no training
 
 Each (algorithm, seed) trains from `--config` (default `configs/{algo}_tiny.yaml`; `{algo}` is
-filled in) with the shared `key=value` overrides plus `seed` and `output_dir`, then its final
-model is evaluated on held-out tasks of the same env. Written to `--out`: `results.md` (per run
-and mean ± std per algorithm), `results.json`, `pass_at_1.png` and `reward_curves.png`.
-The presets give every algorithm the same trajectories per prompt (G = M) and prompts per step,
-so they spend the same sample budget; `results.md` records each run's trajectory count.
+filled in) with the shared `key=value` overrides plus `seed`, `output_dir` and `threads`; then
+its final model is evaluated on the env's last `--eval-tasks` tasks twice: greedily, and with
+`--eval-samples` samples per task at the run's own training sampling setup (temperature, top_p,
+top_k), i.e. the policy that was trained.
+
+Runs go to `--jobs` worker processes at once (default: one per core, at most one per run); each
+worker gets cores / jobs torch threads so that parallel runs do not oversubscribe the CPU, and
+writes its output to `<out>/<algo>-<seed>/log.txt`.
+
+Written to `--out`: `compare.json` (what was asked), `<algo>-<seed>/result.json` (the raw numbers
+of one run, curves included), and from those `results.md`, `results.json` and `results.png`
+(see `report.py`); `--report-only` rebuilds the last three from an existing directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+MANIFEST = "compare.json"
+RUN_RESULT = "result.json"
+# the per-step metrics kept in result.json for the curves
+CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
 
 
-def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overrides: list[str],
-                eval_tasks: int = 64, eval_samples: int = 1) -> dict[str, Any]:
+@dataclass
+class RunSpec:
+    """One (algorithm, seed) run of a comparison: enough to run it in a fresh process."""
+
+    algo: str
+    seed: int
+    config: str
+    overrides: list[str]
+    run_dir: str
+    eval_tasks: int = 64
+    eval_samples: int = 4
+    threads: int = 1
+    log_to_file: bool = False
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None) -> tuple[int, int]:
+    """(worker processes, torch threads per worker): by default one worker per core (at most one
+    per run), and the cores shared out so that workers x threads <= cores."""
+    cores = cores or available_cores()
+    jobs = max(1, min(runs, jobs if jobs else cores))
+    return jobs, max(1, cores // jobs)
+
+
+def run_one(spec: RunSpec) -> dict[str, Any]:
+    """Train one run, evaluate its final model greedily and at its training sampling setup, and
+    write `<run_dir>/result.json`; returns that result."""
     import gymnasium as gym
 
     from algorithms.cli import learner_class
     from algorithms.core.config import build_config
     from algorithms.core.run_log import read_metrics
-    from baselines.comparison.report import aggregate, bar_plot, curves_plot, markdown_table
-    from baselines.evaluation.evaluate import EvalConfig, evaluate
+    from baselines.evaluation.evaluate import EvalConfig, evaluate, make_engine
 
+    run_dir = Path(spec.run_dir)
+    (run_dir / RUN_RESULT).unlink(missing_ok=True)  # a failed rerun must not leave an old result behind
+    cls = learner_class(spec.algo)
+    cfg = build_config(cls.config_class, spec.config.format(algo=spec.algo),
+                       [*spec.overrides, f"seed={spec.seed}", f"output_dir={run_dir}", f"threads={spec.threads}"])
+    t0 = time.perf_counter()
+    cls(cfg).train()
+    train_s = time.perf_counter() - t0
+    metrics = read_metrics(run_dir)
+
+    t0 = time.perf_counter()
+    n_tasks = len(gym.make(cfg.env, **cfg.env_kwargs).unwrapped.tasks)
+    limit = min(spec.eval_tasks, n_tasks)
+    model = str(run_dir / "final_model")
+    engine = make_engine("hf", model, seed=spec.seed)
+    common = dict(env=cfg.env, model=model, engine="hf", ks=(1,), limit=limit, first_task=n_tasks - limit,
+                  max_response_tokens=cfg.max_response_tokens, env_kwargs=dict(cfg.env_kwargs), seed=spec.seed)
+    greedy = evaluate(EvalConfig(**common, n=1, temperature=0.0, out=str(run_dir / "eval_greedy")), engine)
+    sampled = evaluate(EvalConfig(**common, n=spec.eval_samples, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  top_k=cfg.top_k, out=str(run_dir / "eval_sampled")), engine)
+    eval_s = time.perf_counter() - t0
+
+    s = sampled["metrics"]
+    per_step = cfg.prompts_per_step * cfg.group_size
+    result = {
+        "algo": spec.algo, "seed": spec.seed, "run_dir": str(run_dir),
+        "sampling": {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k},
+        "budget": {"trajectories_per_step": per_step, "steps": cfg.total_steps,
+                   "trajectories": per_step * cfg.total_steps,
+                   "trained_trajectories": sum(float(m.get("num_trajectories", 0)) for m in metrics)},
+        "eval": {"tasks": limit, "first_task": n_tasks - limit, "samples_per_task": spec.eval_samples},
+        "greedy": greedy["metrics"],
+        "sampled": s,
+        # all response tokens over all samples / samples solved (None when nothing was solved)
+        "tokens_per_solved": s["response_tokens"] / s["pass@1"] if s.get("pass@1") else None,
+        "train_s": train_s, "eval_s": eval_s, "threads": spec.threads,
+        "curve": [{"step": m["step"], **{k: m[k] for k in CURVE_KEYS if k in m}} for m in metrics if "step" in m],
+    }
+    (run_dir / RUN_RESULT).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _worker_start(threads: int) -> None:
+    # before torch is imported in this fresh process, so every thread pool gets the same count
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
+    run_dir = Path(spec.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if spec.log_to_file:  # parallel runs would interleave their progress output on one terminal
+        log = open(run_dir / "log.txt", "w")  # noqa: SIM115  (kept open for the process's lifetime)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    return run_one(spec)
+
+
+def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overrides: list[str],
+                eval_tasks: int = 64, eval_samples: int = 4, jobs: int | None = None) -> dict[str, Any]:
+    """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report."""
+    import multiprocessing
+
+    from baselines.comparison.report import write_report
+
+    if not algos or not seeds:
+        raise ValueError("compare: --algos and --seeds each need at least one entry")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    rows, curves = [], {}
-    for algo in algos:
-        cls = learner_class(algo)
-        for seed in seeds:
-            run_dir = root / f"{algo}-{seed}"
-            cfg = build_config(cls.config_class, config.format(algo=algo),
-                               [*overrides, f"seed={seed}", f"output_dir={run_dir}"])
-            print(f"\n== {algo} seed {seed} -> {run_dir} ==", flush=True)
-            t0 = time.perf_counter()
-            cls(cfg).train()
-            train_s = time.perf_counter() - t0
-            metrics = read_metrics(run_dir)
-            curves[f"{algo}-{seed}"] = metrics
-            n_tasks = len(gym.make(cfg.env, **cfg.env_kwargs).unwrapped.tasks)
-            limit = min(eval_tasks, n_tasks)
-            summary = evaluate(EvalConfig(
-                env=cfg.env, model=str(run_dir / "final_model"), engine="hf", n=eval_samples, ks=(1,),
-                limit=limit, first_task=n_tasks - limit, temperature=None if eval_samples == 1 else 1.0,
-                max_response_tokens=cfg.max_response_tokens, env_kwargs=dict(cfg.env_kwargs),
-                out=str(run_dir / "eval"), seed=seed))
-            last = metrics[-10:]
-            rows.append({
-                "label": f"{algo} seed {seed}", "algo": algo, "seed": seed, **summary["metrics"],
-                "train_reward_last10": mean(m["reward_mean"] for m in last) if last and "reward_mean" in last[0] else None,
-                "trajectories_per_step": cfg.prompts_per_step * cfg.group_size, "train_s": train_s,
-            })
-    per_run = markdown_table(rows)
-    per_algo = markdown_table(aggregate(rows, "algo"), label="algorithm")
-    bar_plot([r["label"].replace(" seed ", "\nseed ") for r in rows], [r["pass@1"] for r in rows],
-             root / "pass_at_1.png", "held-out pass@1 after training")
-    curves_plot(curves, "reward_mean", root / "reward_curves.png", "training reward")
-    text = (f"# Comparison\n\nOverrides: `{' '.join(overrides)}`; held-out tasks per run: {eval_tasks}.\n\n"
-            f"## Per algorithm (mean ± std over seeds)\n\n{per_algo}\n\n## Per run\n\n{per_run}\n\n"
-            + "\n".join(f"- {r['label']}: {r['trajectories_per_step']} trajectories per step, "
-                        f"trained in {r['train_s']:.0f} s" for r in rows) + "\n")
-    (root / "results.md").write_text(text)
-    (root / "results.json").write_text(json.dumps(rows, indent=1, default=str))
-    print("\n" + text)
-    return {"rows": rows}
+    order = [(a, s) for a in algos for s in seeds]
+    jobs, threads = plan_parallelism(len(order), jobs)
+    specs = [RunSpec(a, s, config, list(overrides), str(root / f"{a}-{s}"), eval_tasks, eval_samples, threads,
+                     log_to_file=jobs > 1) for a, s in order]  # fmt: skip
+    manifest = {"algos": algos, "seeds": seeds, "config": config, "overrides": list(overrides),
+                "eval_tasks": eval_tasks, "eval_samples": eval_samples, "jobs": jobs, "threads_per_job": threads}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    print(f"compare: {len(specs)} runs, {jobs} at a time with {threads} thread(s) each -> {root}", flush=True)
+    failed = []
+    t0 = time.perf_counter()
+    if jobs == 1:
+        for spec in specs:
+            print(f"\n== {spec.algo} seed {spec.seed} -> {spec.run_dir} ==", flush=True)
+            run_one(spec)  # its `threads` override sets torch's thread count here
+    else:
+        # spawn: a fresh interpreter per worker, so thread settings apply before torch starts
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_start, initargs=(threads,)) as pool:
+            futures = {pool.submit(_run_in_worker, spec): spec for spec in specs}
+            for future, spec in futures.items():
+                try:
+                    r = future.result()
+                    print(f"  {spec.algo} seed {spec.seed}: trained in {r['train_s']:.0f} s "
+                          f"(log: {spec.run_dir}/log.txt)", flush=True)
+                except Exception as exc:  # report every failed run, not only the first
+                    failed.append(f"{spec.algo} seed {spec.seed}: {exc!r}; see {spec.run_dir}/log.txt")
+    if failed:
+        raise RuntimeError("compare: runs failed:\n  " + "\n  ".join(failed))
+    print(f"compare: all runs done in {time.perf_counter() - t0:.0f} s", flush=True)
+    summary = write_report(root)
+    print("\n" + (root / "results.md").read_text())
+    return summary
+
+
+def load_runs(root: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The manifest and the per-run results of a comparison directory, in (algorithm, seed) order."""
+    root = Path(root)
+    path = root / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {root} the --out folder of a `compare` run?")
+    manifest = json.loads(path.read_text())
+    runs, missing = [], []
+    for algo in manifest["algos"]:
+        for seed in manifest["seeds"]:
+            result = root / f"{algo}-{seed}" / RUN_RESULT
+            if result.is_file():
+                runs.append(json.loads(result.read_text()))
+            else:
+                missing.append(str(result))
+    if missing:
+        raise FileNotFoundError("compare: runs without results (unfinished or failed; rerun them):\n  "
+                                + "\n  ".join(missing))
+    return manifest, runs
 
 
 def add_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser("compare", help="train N algorithms x seeds on one env; table + plots")
-    p.add_argument("--algos", default="grpo,dapo,arpo,aepo")
-    p.add_argument("--seeds", default="0")
+    p = subparsers.add_parser("compare", help="train N algorithms x seeds on one env; table with CIs + plots")
+    p.add_argument("--algos", default="grpo,dapo,arpo,aepo", help="the first is the baseline of the paired tests")
+    p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--config", default=str(CONFIGS / "{algo}_tiny.yaml"), help="preset path; {algo} is filled in")
     p.add_argument("--out", default="runs/compare")
-    p.add_argument("--eval-tasks", type=int, default=64)
-    p.add_argument("--eval-samples", type=int, default=1)
+    p.add_argument("--eval-tasks", type=int, default=64, help="the env's last N tasks")
+    p.add_argument("--eval-samples", type=int, default=4, help="samples per task at the training sampling setup")
+    p.add_argument("--jobs", type=int, default=None,
+                   help=f"runs at once (default: one per core, {available_cores()} here)")
+    p.add_argument("--report-only", metavar="DIR", help="rebuild the table and plots of an existing --out folder")
     p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.report_only:
+        from baselines.comparison.report import write_report
+
+        write_report(args.report_only)
+        print((Path(args.report_only) / "results.md").read_text())
+        return 0
     run_compare(args.algos.split(","), [int(s) for s in args.seeds.split(",")], args.out, args.config,
-                args.overrides, args.eval_tasks, args.eval_samples)
+                args.overrides, args.eval_tasks, args.eval_samples, args.jobs)
     return 0
+
+
+__all__ = ["RunSpec", "add_cli", "load_runs", "plan_parallelism", "run_compare", "run_one"]

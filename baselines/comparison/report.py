@@ -1,13 +1,35 @@
-"""Tables and plots of evaluation results (markdown + PNG), shared by quickstart and compare."""
+"""Tables and plots of evaluation results (markdown + PNG), shared by quickstart and compare.
+
+`write_report(dir)` turns a `compare` output folder (its `compare.json` and every run's
+`result.json`) into `results.md`, `results.json`, `pass_at_1.png` and `reward_curves.png`, so the
+report can be rebuilt without retraining (`agent-envs compare --report-only DIR`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean
+from typing import Any
+
+from baselines.comparison.stats import mean_ci, paired_t_test
 
 COLUMNS = (("pass@1", "pass@1"), ("f1", "F1"), ("format_ok", "format ok"), ("tool_calls", "tool calls"),
            ("response_tokens", "response tokens"))
+
+# what `compare` reports per run: (key, title, how to read it from a run's result.json)
+RUN_METRICS: tuple[tuple[str, str, Callable[[Mapping], float | None]], ...] = (
+    ("sampled_pass@1", "pass@1 at training sampling", lambda r: r["sampled"]["pass@1"]),
+    ("greedy_pass@1", "pass@1 greedy", lambda r: r["greedy"]["pass@1"]),
+    ("tool_calls", "tool calls / trajectory", lambda r: r["sampled"]["tool_calls"]),
+    ("tokens_per_solved", "tokens / solved task", lambda r: r["tokens_per_solved"]),
+    ("train_s", "train wall s", lambda r: r["train_s"]),
+)
+# the metrics tested against the first algorithm, paired by seed
+PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls")
 
 
 def markdown_table(rows: Sequence[Mapping], label: str = "run") -> str:
@@ -20,61 +42,232 @@ def markdown_table(rows: Sequence[Mapping], label: str = "run") -> str:
     return "\n".join(lines)
 
 
-def aggregate(rows: Sequence[Mapping], group_key: str) -> list[dict]:
-    """Mean ± population std over the rows of each group (e.g. the seeds of one algorithm)."""
-    groups: dict[str, list[Mapping]] = {}
-    for r in rows:
-        groups.setdefault(str(r[group_key]), []).append(r)
-    out = []
-    for name, rs in groups.items():
-        row: dict = {"label": f"{name} (n={len(rs)})"}
-        for key, _ in COLUMNS:
-            vals = [float(r[key]) for r in rs if key in r]
-            if vals:
-                row[key] = f"{mean(vals):.3f} ± {pstdev(vals):.3f}" if len(vals) > 1 else mean(vals)
-        out.append(row)
+def format_value(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def format_ci(m: float, lo: float, hi: float) -> str:
+    if math.isnan(lo):
+        return format_value(m)
+    return f"{format_value(m)} [{format_value(lo)}, {format_value(hi)}]"
+
+
+def format_p(p: float) -> str:
+    if math.isnan(p):
+        return "–"
+    return f"{p:.2g}" if p >= 1e-4 else "<1e-4"
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over the last `window` values (fewer at the start)."""
+    if window < 1:
+        raise ValueError(f"moving_average: window must be >= 1, got {window}")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
     return out
 
 
-def bar_plot(labels: Sequence[str], values: Sequence[float], path: str | Path, title: str, ylabel: str = "pass@1") -> Path:
+def summarize_runs(manifest: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per run and per algorithm numbers, and the paired tests against the first algorithm."""
+    algos = list(manifest["algos"])
+    per_run = []
+    for r in runs:
+        row = {"algo": r["algo"], "seed": r["seed"], **{key: get(r) for key, _, get in RUN_METRICS}}
+        row["trajectories"] = r["budget"]["trajectories"]
+        per_run.append(row)
+    per_algo = []
+    for algo in algos:
+        mine = [r for r in runs if r["algo"] == algo]
+        rows = [p for p in per_run if p["algo"] == algo]
+        entry: dict[str, Any] = {"algo": algo, "seeds": [r["seed"] for r in mine]}
+        for key, _, _ in RUN_METRICS:
+            vals = [p[key] for p in rows if p[key] is not None]
+            if vals:
+                m, lo, hi = mean_ci(vals)
+                entry[key] = {"mean": m, "ci95": [lo, hi], "n": len(vals)}
+        entry["budget"] = _same([r["budget"] for r in mine], ("trajectories_per_step", "steps", "trajectories"))
+        entry["sampling"] = _same([r["sampling"] for r in mine], ("temperature", "top_p", "top_k"))
+        per_algo.append(entry)
+    base = algos[0]
+    paired = []
+    by_seed = {(p["algo"], p["seed"]): p for p in per_run}
+    for algo in algos[1:]:
+        seeds = [s for s in manifest["seeds"] if (base, s) in by_seed and (algo, s) in by_seed]
+        for key in PAIRED:
+            pairs = [(by_seed[(base, s)][key], by_seed[(algo, s)][key]) for s in seeds]
+            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+            if pairs:
+                t = paired_t_test([a for a, _ in pairs], [b for _, b in pairs])
+                paired.append({"algo": algo, "baseline": base, "metric": key, "n": t.n, "mean_diff": t.mean_diff,
+                               "ci95": [t.ci_low, t.ci_high], "t": t.t, "p_value": t.p_value})
+    return {"manifest": dict(manifest), "per_algo": per_algo, "paired": paired, "per_run": per_run}
+
+
+def _same(dicts: Sequence[Mapping], keys: Sequence[str]) -> dict[str, Any]:
+    """The values of `keys` that every run agrees on; "mixed" where seeds differ."""
+    out = {}
+    for k in keys:
+        vals = {json.dumps(d.get(k)) for d in dicts}
+        out[k] = json.loads(vals.pop()) if len(vals) == 1 else "mixed"
+    return out
+
+
+def markdown_report(summary: Mapping[str, Any]) -> str:
+    man = summary["manifest"]
+    titles = {key: title for key, title, _ in RUN_METRICS}
+    lines = [
+        "# Comparison", "",
+        f"Preset: `{man['config']}`; overrides: `{' '.join(man['overrides']) or '(none)'}`.",
+        f"Evaluation: the env's last {man['eval_tasks']} tasks, greedily and with {man['eval_samples']} "
+        "samples per task at each run's own training sampling setup (temperature, top_p, top_k).",
+        "Cells: mean over seeds [95% Student-t confidence interval]. Sample budget: trajectories per "
+        "RL step x steps (the same for every algorithm when the presets agree).", "",
+        "## Per algorithm", "",
+        "| algorithm | seeds | sample budget | sampling (T / top_p / top_k) | "
+        + " | ".join(titles.values()) + " |",
+        "|" + "---|" * (4 + len(titles)),
+    ]
+    for a in summary["per_algo"]:
+        b, s = a["budget"], a["sampling"]
+        cells = [format_ci(a[k]["mean"], *a[k]["ci95"]) if k in a else "–" for k in titles]
+        lines.append(f"| {a['algo']} | {len(a['seeds'])} | {b['trajectories_per_step']} x {b['steps']} = "
+                     f"{b['trajectories']} | {s['temperature']} / {s['top_p']} / {s['top_k']} | "
+                     + " | ".join(cells) + " |")
+    if summary["paired"]:
+        base = summary["paired"][0]["baseline"]
+        lines += ["", f"## Against {base} (paired by seed: two-sided paired t-test of algorithm − {base})", "",
+                  "| algorithm | metric | pairs | mean difference [95% CI] | t | p |", "|---|---|---|---|---|---|"]
+        for p in summary["paired"]:
+            lines.append(f"| {p['algo']} | {titles[p['metric']]} | {p['n']} | "
+                         f"{format_ci(p['mean_diff'], *p['ci95'])} | {format_value(p['t'], 2)} | "
+                         f"{format_p(p['p_value'])} |")
+    lines += ["", "## Per run", "",
+              "| algorithm | seed | trajectories | " + " | ".join(titles.values()) + " |",
+              "|" + "---|" * (3 + len(titles))]
+    for r in summary["per_run"]:
+        lines.append(f"| {r['algo']} | {r['seed']} | {r['trajectories']} | "
+                     + " | ".join(format_value(r[k]) for k in titles) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(root: str | os.PathLike) -> dict[str, Any]:
+    """results.md / results.json / pass_at_1.png / reward_curves.png from a compare folder."""
+    from baselines.comparison.compare import load_runs
+
+    root = Path(root)
+    manifest, runs = load_runs(root)
+    summary = summarize_runs(manifest, runs)
+    (root / "results.md").write_text(markdown_report(summary))
+    (root / "results.json").write_text(json.dumps(_finite(summary), indent=1, allow_nan=False))
+    ci_bar_plot(summary["per_algo"], ("sampled_pass@1", "greedy_pass@1"),
+                ("at training sampling", "greedy"), root / "pass_at_1.png", "held-out pass@1 (mean, 95% CI)")
+    curves = {}
+    for r in runs:
+        curves.setdefault(r["algo"], []).append(r["curve"])
+    # the env's reward, before any algorithm's shaping (DAPO's overlong penalty), so curves compare
+    smoothed_curves_plot(curves, "env_reward_mean", root / "reward_curves.png", "training reward (env)")
+    return summary
+
+
+def _finite(obj: Any) -> Any:
+    """NaN (an undefined interval or test, e.g. from one seed) as JSON null, so results.json stays
+    strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Mapping):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(labels), 3.2))
-    bars = ax.bar(labels, values, color="#4C72B0")
-    ax.bar_label(bars, fmt="%.2f")
-    ax.set_ylim(0, max(1.0, max(values, default=0) * 1.15))
-    ax.set_ylabel(ylabel)
+    return plt
+
+
+def ci_bar_plot(per_algo: Sequence[Mapping], keys: Sequence[str], names: Sequence[str], path: str | Path,
+                title: str) -> Path:
+    """Grouped bars, one group per algorithm and one bar per key, with 95% CI error bars."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(2.0 + 1.4 * len(per_algo), 3.4))
+    width = 0.8 / len(keys)
+    for j, (key, name) in enumerate(zip(keys, names, strict=True)):
+        xs = [i + (j - (len(keys) - 1) / 2) * width for i in range(len(per_algo))]
+        means = [a[key]["mean"] if key in a else 0.0 for a in per_algo]
+        errs = [[0.0 if key not in a or math.isnan(a[key]["ci95"][0]) else m - a[key]["ci95"][0]
+                 for a, m in zip(per_algo, means, strict=True)],
+                [0.0 if key not in a or math.isnan(a[key]["ci95"][1]) else a[key]["ci95"][1] - m
+                 for a, m in zip(per_algo, means, strict=True)]]  # fmt: skip
+        bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=name)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+    ax.set_xticks(range(len(per_algo)), [f"{a['algo']}\n(n={len(a['seeds'])})" for a in per_algo])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("pass@1")
     ax.set_title(title)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
 
 
-def curves_plot(runs: Mapping[str, Sequence[Mapping]], key: str, path: str | Path, title: str) -> Path | None:
-    """`runs`: name -> metrics rows (one per step). One line per run; None when no run has `key`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.4))
+def smoothed_curves_plot(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: str, path: str | Path, title: str,
+                         window: int | None = None) -> Path | None:
+    """`runs`: algorithm -> its runs' per-step rows. Each run's raw `key` is drawn faintly; the
+    mean over an algorithm's runs, smoothed by a trailing moving average (`window`; default a
+    tenth of the steps), boldly. None when no run has `key`."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
-    for name, rows in runs.items():
-        pts = [(r["step"], r[key]) for r in rows if key in r and "step" in r]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), label=name)
+    for i, (algo, curves) in enumerate(runs.items()):
+        color = f"C{i}"
+        by_step: dict[int, list[float]] = {}
+        for rows in curves:
+            pts = [(int(r["step"]), float(r[key])) for r in rows if key in r and "step" in r]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), color=color, alpha=0.15, linewidth=0.8)
+                for s, v in pts:
+                    by_step.setdefault(s, []).append(v)
+        if by_step:
+            steps = sorted(by_step)
+            avg = [mean(by_step[s]) for s in steps]
+            w = window or max(1, len(steps) // 10)
+            ax.plot(steps, moving_average(avg, w), color=color, linewidth=2,
+                    label=f"{algo} (mean of {len(curves)}, moving average over {w})")
             drawn = True
     if not drawn:
         plt.close(fig)
         return None
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("RL step")
     ax.set_ylabel(key)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def bar_plot(labels: Sequence[str], values: Sequence[float], path: str | Path, title: str, ylabel: str = "pass@1") -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(labels), 3.2))
+    bars = ax.bar(labels, values, color="#4C72B0")
+    ax.bar_label(bars, fmt="%.2f")
+    ax.set_ylim(0, max(1.0, max(values, default=0) * 1.15))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -57,16 +57,20 @@ class AEPOVaried(VariedRewards, AEPOLearner):
 
 
 def test_arpo_hard_attribution_in_the_loop(tiny_model_path, tokenizer, tmp_path):
+    # room for a tool call and its result, and a fork at every result while the budget M lasts
     cfg = ARPOConfig(
         model=str(tiny_model_path),
         output_dir=str(tmp_path),
         advantage_attribution="hard",
-        tree=TreeConfig(**SMALL_TREE),
-        **SMALL,
+        tree=TreeConfig(**{**SMALL_TREE, "branch_probability": 1.0}),
+        **{**SMALL, "max_response_tokens": 96},
     )
     learner = ARPOVaried(cfg, env_factory=make_env_factory(tokenizer))
     trajs, metrics = learner.collect(0)
-    assert len(trajs) == 2 * 4 and metrics["rollout/forks_per_prompt"] >= 0
+    forks = [t for t in trajs if t.parent_id is not None]
+    # without a fork, hard attribution equals soft and nothing below would be checked
+    assert forks, "no fork in the rollouts: the hard-attribution checks below were not exercised"
+    assert len(trajs) == 2 * 4 and metrics["rollout/forks_per_prompt"] == len(forks) / 2
     batch = RolloutBatch.from_trajectories(trajs, learner.shape_rewards(trajs))
     adv, mask = learner.compute_advantages(batch)
     soft = Learner.compute_advantages(learner, batch)[0]  # the core's GRPO advantages
@@ -80,6 +84,7 @@ def test_arpo_hard_attribution_in_the_loop(tiny_model_path, tokenizer, tmp_path)
     assert torch.equal(adv, ref_adv) and torch.equal(mask, ref_mask)
     for i, t in enumerate(trajs):  # a fork's shared prefix is trained once, in its ancestor
         if t.parent_id is not None:
+            assert t.branch_offset > 0 and batch.loss_mask[i, : t.branch_offset].sum() > 0
             assert mask[i, : t.branch_offset].sum() == 0
     metrics = learner.train_step()
     assert torch.isfinite(torch.tensor(metrics["pg_loss"]))
@@ -127,6 +132,36 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
         local = entropy_stats(h, mask)
         assert local != pytest.approx((mean, std))  # a micro-batch's own statistics differ
     assert changed, "the entropy-aware advantage changed nothing"
+
+
+@pytest.mark.parametrize(
+    ("h_first", "h_react", "dynamic", "initial"),
+    [
+        # H = K·h/ln|V| per segment (scaled_mean, K = 20, |V| = 528): h 2.0 → 6.381, h 0.1 → 0.319.
+        # H_root is the first segment's, H̄_tool the probe's mean over its two segments, and
+        # m = ⌊M·σ(β·(H_root − H̄_tool))⌋ + 1 with M = 8, β = 0.5 (docs/algorithms.md §7.2):
+        (2.0, 0.1, True, 7),  # ΔH = +3.031: σ = 0.820, m = ⌊6.56⌋ + 1 = 7
+        (0.1, 2.0, True, 2),  # ΔH = −3.031: σ = 0.180, m = ⌊1.44⌋ + 1 = 2
+        (2.0, 0.1, False, 4),  # pre-monitoring off: N = initial_rollouts
+    ],
+)
+def test_aepo_premonitoring_sets_the_initial_paths(tokenizer, tiny_model_path, tmp_path, h_first, h_react, dynamic,
+                                                   initial):  # fmt: skip
+    from arpo_helpers import ScriptedEngine
+
+    assert len(tokenizer.get_vocab()) == 528  # the hand computation above assumes it
+    engine = ScriptedEngine(tokenizer, h_first, h_react)
+    tree = dataclasses.replace(aepo_tree(), initial_rollouts=4, enable_dynamic_rollouts=dynamic)
+    cfg = AEPOConfig(model=str(tiny_model_path), output_dir=str(tmp_path), tree=tree,
+                     **{**SMALL, "group_size": 8})  # fmt: skip
+    learner = AEPOLearner(cfg, engine=engine, env_factory=make_env_factory(tokenizer))
+    trajs, metrics = learner.collect(0)
+    assert len(trajs) == 2 * 8
+    for g in {t.group_id for t in trajs}:
+        kinds = [t.lineage["kind"] for t in trajs if t.group_id == g]
+        assert kinds.count("initial") == initial, kinds
+    # the root-entropy sample and the probe are spent only with pre-monitoring on
+    assert (metrics["rollout/overhead_tokens_per_prompt"] > 0) == dynamic
 
 
 def test_aepo_stats_do_not_depend_on_micro_batching(tiny_model_path, tokenizer, tmp_path):

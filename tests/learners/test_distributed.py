@@ -66,7 +66,8 @@ def test_two_processes_match_one(sft_run, tmp_path):
     for a, b in zip(one, two, strict=True):
         keys = ["eval/accuracy", "eval/reward_mean"] if a["step"] in (0, 2) else []  # 3 + 3 episodes
         if a["step"]:
-            keys += ["reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm"]
+            keys += ["reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm",
+                     "is_ratio/min", "is_ratio/mean", "is_ratio/max"]  # the extremes gathered over ranks
         for key in keys:
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     assert torch.isfinite(update)
