@@ -2,14 +2,14 @@
 
     agent-envs train --algo aepo --config configs/aepo_tiny.yaml
 
-ARPO, except (each switchable, spec §7):
+ARPO, except (each switchable, docs/algorithms.md §7):
 
 * pre-monitoring splits the budget M between global samples and branches (§7.2);
 * the branch probability is damped by a consecutive-branch penalty counted per path (§7.3);
 * the PPO upper clip keeps a scaled gradient: (1+ε_h)·r/sg(r) above the bound (§7.4);
 * advantages are reweighted per token by the policy's entropy: Ã = A·(1 + α_H·Ĥ) (§7.5), with Ĥ
   normalised over the whole mini-batch (all ranks), and computed whenever the feature is on, even
-  with `entropy_coeff=0` (the reference silently skips it then, defect D9).
+  with `entropy_coeff=0` (the reference silently skips it then, docs/algorithms.md D9).
 
     >>> import torch
     >>> h, m = torch.tensor([[1.0, 2.0, 3.0, 9.0]]), torch.tensor([[1, 1, 1, 0]])
@@ -75,8 +75,8 @@ class AEPOLearner(ARPOLearner):
         return super().needs_entropy() or self.config.enable_entropy_balanced_advantage
 
     def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> Any:
-        """μ, σ of π_θ's entropy over the whole mini-batch, all ranks (D10). Weights do not change
-        between a mini-batch's micro-batches, so a no-grad pass now sees the entropies those
+        """μ, σ of π_θ's entropy over the whole mini-batch, all ranks (docs/algorithms.md D10). Weights do not
+        change between a mini-batch's micro-batches, so a no-grad pass now sees the entropies those
         micro-batches will compute. Returns (μ, σ), or {group id: (μ, σ)} for the `group` scope,
         or None when the statistics are per micro-batch."""
         cfg = self.config
@@ -111,7 +111,7 @@ class AEPOLearner(ARPOLearner):
         if not cfg.enable_entropy_balanced_advantage:
             return advantages
         ent = extras.get("entropy")
-        if ent is None:  # never silently skip the feature (D9)
+        if ent is None:  # never silently skip the feature (docs/algorithms.md D9)
             raise RuntimeError("AEPO entropy-aware advantage: the training forward pass returned no entropy")
         mask = batch.loss_mask[micro.rows, : micro.width].to(ent.device)
         scope = cfg.entropy_adv_norm_scope
@@ -175,7 +175,7 @@ def entropy_aware_advantages(
     alpha: float = 0.2,
     clamp_factor: bool = False,
 ) -> torch.Tensor:
-    """Ã_t = A_t·(1 + α_H·(H_t − μ)/σ), detached (spec §7.5). Returns [B, T].
+    """Ã_t = A_t·(1 + α_H·(H_t − μ)/σ), detached (docs/algorithms.md §7.5). Returns [B, T].
 
     `advantages` is [B] or [B, T]; `mean`/`std` are scalars or broadcastable tensors (per-group
     statistics for `entropy_adv_norm_scope="group"`). `clamp_factor` clamps the factor at 0 so a

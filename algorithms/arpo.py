@@ -7,7 +7,7 @@ GRPO, except:
 * rollouts come from `algorithms.rollout.tree.TreeRollout` (M trajectories per prompt: N full
   ones, plus forks after high-entropy tool results, plus top-ups), not flat group sampling;
 * `advantage_attribution="hard"` gives a token shared by several trajectories of a tree the mean
-  advantage of those trajectories, counted once (spec §6.7); `"soft"` (default) is plain GRPO.
+  advantage of those trajectories, counted once (docs/algorithms.md §6.7); `"soft"` (default) is plain GRPO.
 
     >>> import torch
     >>> adv, mask = hard_attribution(torch.tensor([1.0, -1.0]), keys=["a", "b"], parents=[None, "a"],
@@ -125,7 +125,7 @@ def hard_attribution(
     mask: torch.Tensor,
     dedupe: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token advantages and loss mask under hard attribution (spec §6.7).
+    """Per-token advantages and loss mask under hard attribution (docs/algorithms.md §6.7).
 
     Trajectory i is a fork of `parents[i]` (None for a root: an initial path or a top-up) whose own
     tokens start at response offset `offsets[i]`; its positions before that are copies of the

@@ -8,7 +8,7 @@ reward shaping, and no KL.
     >>> cfg.clip_ratio_high, cfg.clip_ratio_c, cfg.overlong_cache_len
     (0.28, 10.0, 20)
 
-GRPO, except (spec §4):
+GRPO, except (docs/algorithms.md §4):
 
 * clip-higher: ε_low 0.2, ε_high 0.28; dual clip c = 10;
 * `token-mean` aggregation (the core's default, so nothing to change);

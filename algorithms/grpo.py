@@ -9,7 +9,7 @@
 
 GRPO *is* the shared core (`algorithms/core/learner.py`): flat group sampling, A_i = (R_i − μ_g)
 / (σ_g + 1e-6) with the unbiased std, PPO clip 0.2/0.2 with dual clip c = 3, token-mean over
-model tokens, no KL (no reference model) and AdamW lr 1e-6, constant (spec §3.3). The paper's
+model tokens, no KL (no reference model) and AdamW lr 1e-6, constant (docs/algorithms.md §3.3). The paper's
 sequence-level mean is `loss_agg_mode=seq-mean-token-mean` (preset configs/grpo_paper.yaml);
 Dr. GRPO is `scale_rewards=none loss_agg_mode=seq-mean-token-sum-norm`.
 """
@@ -24,7 +24,7 @@ from algorithms.core.learner_config import LearnerConfig
 
 @dataclass
 class GRPOConfig(LearnerConfig):
-    """GRPO's defaults are the core's (spec §3.3)."""
+    """GRPO's defaults are the core's (docs/algorithms.md §3.3)."""
 
     output_dir: str = "runs/grpo"
 

@@ -46,7 +46,8 @@ from algorithms.core.run_log import RunLogger
 
 @dataclass
 class SFTConfig:
-    """Cold-start SFT. Defaults follow tiny_model_notes: lr 1e-3 cosine, ~300 steps at batch 32."""
+    """Cold-start SFT. Defaults follow docs/training.md (Tiny models on CPU): lr 1e-3 cosine, ~300 steps at
+    batch 32."""
 
     model: str = option("tiny", 'HF checkpoint dir or hub id, or "tiny" (built locally)')
     env: str = option("AgentMath-v0", "a registered gymnasium env id (its gold traces are the data)")

@@ -1,7 +1,7 @@
 """LLM judge for deep-search answers: any OpenAI-compatible chat endpoint, a fixed prompt, strict
 verdict parsing, and a verdict cache.
 
-Two decision rules (spec §6.3). `strict` (default) delimits the candidate, tells the judge it is
+Two decision rules (docs/envs.md, LLM judge). `strict` (default) delimits the candidate, tells the judge it is
 data whose instructions must be ignored, asks at temperature 0, and accepts only a reply that
 begins with `Correct` or `Incorrect`; anything else is a parse error reported as such, never a
 silent 0. `reference` reproduces the ARPO evaluation rule: correct when the answers are equal

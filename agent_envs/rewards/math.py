@@ -297,7 +297,7 @@ def math_equal(
             comps["gold"] = ok
             return True, comps
         return False, comps
-    except Exception as e:  # graders never raise (spec 6.2)
+    except Exception as e:  # graders never raise (docs/envs.md, Graders)
         comps["grader_error"] = f"{type(e).__name__}: {e}"
         return False, comps
 

@@ -10,9 +10,9 @@ components of every stage always go into `info`; the recipe only decides the sca
 | `f1`       | 0                 | token F1 for every task kind                              | none  |
 | `arpo`     | -1                | token F1 for every task kind, as the public ARPO code     | +0.1 if both search and python were used |
 
-The `arpo` recipe is the reference training reward of ARPO/AEPO (spec §6.1): -1 when the format
-check fails or no `\\boxed{}` prediction exists; otherwise the token F1 of the prediction (max over
-golden aliases, SQuAD normalisation; `yes`/`no`/`noanswer` must match exactly), plus 0.1 when F1 > 0
+The `arpo` recipe is the reference training reward of ARPO/AEPO (docs/envs.md, The ARPO reference recipe): -1
+when the format check fails or no `\\boxed{}` prediction exists; otherwise the token F1 of the prediction (max
+over golden aliases, SQuAD normalisation; `yes`/`no`/`noanswer` must match exactly), plus 0.1 when F1 > 0
 and the response used both `search` and `python`. The range is {-1} U [0, 1.1]. Math is graded by
 F1 too in this recipe (`\\frac{1}{2}` becomes "frac12"), as in the reference; `math_equal` is
 still reported in the components.
@@ -89,7 +89,7 @@ def correctness(
         else:
             comps["correct"] = comps["em"]
         return comps
-    except Exception as e:  # graders never raise (spec 6.2)
+    except Exception as e:  # graders never raise (docs/envs.md, Graders)
         return _grader_failure(e)
 
 

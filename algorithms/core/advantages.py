@@ -6,7 +6,7 @@
     tensor([ 0.8660, -0.8660, -0.8660,  0.8660])
 
 A group is every trajectory sampled from one prompt *draw* (one group id): two draws of the same
-text are two groups. Formulas, defaults and reference behaviours: specs/algorithms.md §3.2, §5.
+text are two groups. Formulas, defaults and reference behaviours: docs/algorithms.md §3.2, §5.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def grpo_advantages(
 
     σ is the unbiased (Bessel) std. A group whose rewards are all equal gets exactly 0 (no float
     residue from the mean). A group of size 1 gets 0 and a warning: verl would give it the raw,
-    uncentred reward (defect D30).
+    uncentred reward (docs/algorithms.md D30).
     """
     rewards = torch.as_tensor(rewards)
     if rewards.dim() != 1:

@@ -11,7 +11,7 @@
     >>> metrics["num_trajectories"]
     4.0
 
-One RL step (specs/algorithms.md §2.1):
+One RL step (docs/algorithms.md §2.1):
 
 1. draw `prompts_per_step` prompts (seeded order; each draw is a fresh group id);
 2. roll out `group_size` episodes per prompt through the rollout runner (`rollout` hook);
@@ -318,7 +318,7 @@ class Learner:
 
     def needs_entropy(self) -> bool:
         """Whether the training forward pass computes per-token entropy (hook). Independent of
-        `entropy_coeff` alone (defect D9): any feature or metric that needs it turns it on."""
+        `entropy_coeff` alone (docs/algorithms.md D9): any feature or metric that needs it turns it on."""
         return self.config.log_entropy or self.config.entropy_coeff != 0
 
     def prepare_minibatch(self, batch: RolloutBatch, rows: list[int]) -> Any:
@@ -720,7 +720,8 @@ class Learner:
                     self.save()
                 if self.step == 1 and metrics.get("tool_calls_mean", 1.0) == 0.0 and acc.is_main_process:
                     warnings.warn(
-                        "no tool calls in the first step's rollouts: check the env's tools and stop strings (D23)",
+                        "no tool calls in the first step's rollouts: check the env's tools and stop "
+                        "strings (docs/algorithms.md D23)",
                         stacklevel=2,
                     )
             if cfg.total_steps > 0:

@@ -7,8 +7,8 @@
     >>> lp.exp(), ent.round(decimals=4)
     (tensor([[0.2500, 0.2500]]), tensor([[1.3863, 1.3863]]))
 
-The logits are divided by the rollout temperature before the log-softmax (§2.8: verl and TRL do
-the same), so the ratio compares the distribution that was actually sampled. Work is chunked over
+The logits are divided by the rollout temperature before the log-softmax (docs/algorithms.md §2.8: verl and
+TRL do the same), so the ratio compares the distribution that was actually sampled. Work is chunked over
 positions so a 150k vocabulary never needs a full [tokens, vocab] log-softmax in memory at once.
 """
 

@@ -13,7 +13,7 @@ Shapes: logprobs, old_logprobs, mask are [batch, tokens] over the *response* pos
 exactly on tokens the policy sampled (tool output, prompt and padding are 0 and count nowhere).
 Advantages are [batch] (broadcast over tokens) or [batch, tokens] (per-token, e.g. AEPO).
 
-Global denominators (specs/algorithms.md §2.3–§2.4): under gradient accumulation and data
+Global denominators (docs/algorithms.md §2.3–§2.4): under gradient accumulation and data
 parallelism a micro-batch sees only part of the mini-batch. Pass `num_tokens` (N_tok = Σ mask
 over the whole mini-batch, all ranks) and `num_seqs` (B_S = sequences with at least one trainable
 token) computed once per mini-batch; then the micro-batch losses *sum* to the mini-batch loss

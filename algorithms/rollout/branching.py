@@ -1,9 +1,9 @@
 """Branch rules of entropy-guided tree rollouts: when to fork a path, and how to split the budget.
 
-ARPO (spec §6.5): after a tool result, fork with probability P = clip(α + β·ΔH, 0, 1), where ΔH
+ARPO (docs/algorithms.md §6.5): after a tool result, fork with probability P = clip(α + β·ΔH, 0, 1), where ΔH
 is the entropy of the model's reaction to that result minus the path's initial entropy.
-AEPO (spec §7.3) multiplies by a consecutive-branch penalty max(0, 1 − γ·l), with l counted per
-path lineage; AEPO's pre-monitoring (spec §7.2) sets the number of initial (global) samples
+AEPO (docs/algorithms.md §7.3) multiplies by a consecutive-branch penalty max(0, 1 − γ·l), with l counted per
+path lineage; AEPO's pre-monitoring (docs/algorithms.md §7.2) sets the number of initial (global) samples
 m = clamp(⌊M·σ(β_pm·(H_root − H̄_tool))⌋ + 1, 1, M).
 
     >>> rule = TreeConfig(branch_probability=0.5, entropy_weight=0.2)
@@ -71,7 +71,8 @@ def decide_branch(rng: random.Random, delta_h: float, rule: TreeConfig, consecut
 
 
 def premonitor_global_samples(h_root: float, h_tool: float, budget: int, beta: float = 0.5) -> int:
-    """AEPO pre-monitoring: number m of global (initial) samples out of the budget M (spec §7.2).
+    """AEPO pre-monitoring: number m of global (initial) samples out of the budget M
+    (docs/algorithms.md §7.2).
 
     m = clamp(⌊M·σ(β_pm·(H_root − H̄_tool))⌋ + 1, 1, M), the "+1" as in the public code.
     """

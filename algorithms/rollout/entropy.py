@@ -4,7 +4,7 @@ Two sources of per-position entropy h_j:
 
 * **top-K estimate** from the engine's top-K log-probs (vLLM `SamplingParams.logprobs=K`):
   h_j = −Σ_{rank ≤ K} p·log p. Exactly the K most likely entries are used; the extra sampled-token
-  entry vLLM appends when the sampled token is outside the top K is dropped (spec defect D4).
+  entry vLLM appends when the sampled token is outside the top K is dropped (docs/algorithms.md D4).
 * **exact** entropy from full logits at the rollout temperature, where the engine computes it
   (`Segment.entropy` from the HF engine; the trainer's forward pass uses
   `algorithms.core.logprobs.token_logprobs(..., with_entropy=True)`).
@@ -13,7 +13,7 @@ A segment's entropy (the quantity ARPO compares with the path's initial entropy)
 k positions of a segment, normalised by ln|V| so it is comparable across vocabularies:
 
 * `scaled_mean` (default): k · mean_{j ≤ min(k,n)} h_j / ln|V|. Equals the reference scale on
-  segments of ≥ k tokens, and is not biased low on short segments (defect D3).
+  segments of ≥ k tokens, and is not biased low on short segments (docs/algorithms.md D3).
 * `sum` (the public reference): Σ_{j ≤ min(k,n)} h_j / ln|V|.
 * `mean`: mean h_j / ln|V| ∈ [0, 1] (multiply `entropy_weight` by k to keep the same sensitivity).
 
@@ -67,7 +67,7 @@ def segment_entropy(
 ) -> float | None:
     """H_seg of a segment from its per-position entropies; `None` for an empty segment.
 
-    An empty segment has no entropy, so it makes no branch decision (spec §6.3).
+    An empty segment has no entropy, so it makes no branch decision (docs/algorithms.md §6.3).
     """
     if vocab_size < 2:
         raise ValueError(f"vocab_size must be ≥ 2 to normalise by ln|V|, got {vocab_size}")

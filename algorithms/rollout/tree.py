@@ -1,6 +1,6 @@
 """Entropy-branching tree rollouts (ARPO, AEPO) as a strategy over the multi-turn runner.
 
-Per prompt, with a global budget of M trajectories (spec §6.4):
+Per prompt, with a global budget of M trajectories (docs/algorithms.md §6.4):
 
 1. start N paths from the prompt (AEPO pre-monitoring may choose N per prompt, §7.2);
 2. generate one segment for every active path in one batched engine call, each with its own
@@ -17,8 +17,9 @@ Per prompt, with a global budget of M trajectories (spec §6.4):
 Exactly M trajectories per prompt come back (initial paths, then forks and top-ups in creation
 order), each with its lineage: `traj_id`, `parent_id`, `branch_offset`, and `lineage` (root id,
 depth, kind, H_init, and `segment_entropy`: H_seg of every generated segment, aligned with
-`segment_starts`, so the entropy of the first k tokens after each tool result). Everything a call needs is created in that call (no state carries over, defect D1);
-with the same `seed`, two calls make the same decisions. Evaluation never branches.
+`segment_starts`, so the entropy of the first k tokens after each tool result). Everything a call needs is
+created in that call (no state carries over, docs/algorithms.md D1); with the same `seed`, two calls make the
+same decisions. Evaluation never branches.
 
     >>> import gymnasium as gym, agent_envs
     >>> from algorithms.models.tiny import build_tiny_model
@@ -91,7 +92,7 @@ class TreeRolloutResult:
     paths: list[Path] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
-        """Per-step rollout metrics (spec §2.11): forks, top-ups, branch rate, ΔH, depth."""
+        """Per-step rollout metrics (docs/algorithms.md §2.11): forks, top-ups, branch rate, ΔH, depth."""
         return tree_metrics(self.prompts, [int(t.lineage.get("depth", 0)) for t in self.trajectories])
 
     def to_dict(self) -> dict[str, Any]:
@@ -263,7 +264,7 @@ class TreeRollout:
         kept_paths: list[Path] = []
         for i, ns in enumerate(nodes):
             kept = [nd for nd in ns if nd.kind != "probe"]
-            if len(kept) != self.budget:  # never duplicate to fill a group (defect D20)
+            if len(kept) != self.budget:  # never duplicate to fill a group (docs/algorithms.md D20)
                 raise RuntimeError(
                     f"tree rollout: prompt {i} ended with {len(kept)} trajectories, expected {self.budget}"
                 )

@@ -85,7 +85,8 @@ def test_entropy_stats_are_minibatch_wide_not_per_microbatch():
     h = torch.rand(6, 5) * 3
     mask = (torch.rand(6, 5) > 0.3).int()
     whole = entropy_stats(h, mask)
-    # two "ranks", each with two micro-batches: summed moments give the same statistics (D10)
+    # two "ranks", each with two micro-batches: summed moments give the same statistics
+    # (docs/algorithms.md D10)
     parts = [entropy_moments(h[i : i + 2], mask[i : i + 2]) for i in range(0, 6, 2)]
     assert stats_from_moments(sum(parts)) == pytest.approx(whole)
     assert entropy_stats(h[:2], mask[:2]) != pytest.approx(whole)

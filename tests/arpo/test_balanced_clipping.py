@@ -13,7 +13,7 @@ EPS_L, EPS_H, C = 0.2, 0.2, 3.0
 
 
 def hand_gradient(r: float, a: float, upper_clip: str) -> float:
-    """∂ℓ/∂log π_θ of one token, from the case table of spec §7.4 (∂r/∂log π = r)."""
+    """∂ℓ/∂log π_θ of one token, from the case table of docs/algorithms.md §7.4 (∂r/∂log π = r)."""
     if a > 0:
         if r > 1 + EPS_H:
             return -a * (1 + EPS_H) if upper_clip == "grad_preserve" else 0.0
@@ -56,7 +56,7 @@ def test_autograd_matches_hand_derived_gradient(upper_clip):
 
 
 def test_golden_single_token():
-    # spec §7.4: A = 1, ε_h = 0.2, r = 1.5 → value −1.2; gradient −1.2 (AEPO) vs 0 (PPO)
+    # docs/algorithms.md §7.4: A = 1, ε_h = 0.2, r = 1.5 → value −1.2; gradient −1.2 (AEPO) vs 0 (PPO)
     for mode, grad in (("grad_preserve", -1.2), ("hard", 0.0)):
         lp = torch.tensor([[math.log(1.5)]], requires_grad=True)
         loss, _ = policy_loss(lp, torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), upper_clip=mode)

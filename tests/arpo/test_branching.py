@@ -1,4 +1,5 @@
-"""Branch probability (§6.5, §7.3) and pre-monitoring (§7.2): golden values and frequencies."""
+"""Branch probability (docs/algorithms.md §6.5, §7.3) and pre-monitoring (§7.2): golden values and
+frequencies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Segment entropy (spec §6.3): top-K estimate with rank ≤ K, reductions, exact entropy."""
+"""Segment entropy (docs/algorithms.md §6.3): top-K estimate with rank ≤ K, reductions, exact entropy."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_position_entropy_matches_hand_value():
 
 
 def test_extra_sampled_entry_is_dropped():
-    # vLLM returns K+1 entries when the sampled token is outside the top K: keep rank ≤ K only (D4)
+    # vLLM returns K+1 entries when the sampled token is outside the top K: keep rank ≤ K only
+    # (docs/algorithms.md D4)
     top2 = [math.log(0.6), math.log(0.3)]
     with_extra = [math.log(0.01), *top2]  # order as returned does not matter
     assert position_entropy(with_extra, topk=2) == pytest.approx(position_entropy(top2, topk=2))
@@ -31,7 +32,8 @@ def test_extra_sampled_entry_is_dropped():
 
 
 def test_five_token_segment_golden_values():
-    # spec §9: a 5-token segment with h_j = 1 gives 20/ln|V| (ours) against 5/ln|V| (reference sum)
+    # docs/algorithms.md §9: a 5-token segment with h_j = 1 gives 20/ln|V| (ours) against 5/ln|V| (reference
+    # sum)
     h = [1.0] * 5
     v = 151_646
     assert segment_entropy(h, vocab_size=v, tokens=20) == pytest.approx(20 / math.log(v))

@@ -100,7 +100,7 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
         **SMALL,
     )
     learner = AEPOVaried(cfg, env_factory=make_env_factory(tokenizer))
-    assert learner.needs_entropy()  # the feature alone turns the entropy on (D9)
+    assert learner.needs_entropy()  # the feature alone turns the entropy on (docs/algorithms.md D9)
     assert learner.loss_kwargs()["upper_clip"] == "grad_preserve"
     seen = []
     original = learner.adjust_advantages
@@ -117,7 +117,7 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
     assert len(seen) >= 2  # several micro-batches in the mini-batch
     batch = seen[0][0]
     rows = sorted({r for _, micro, *_ in seen for r in micro.rows})
-    # μ, σ over the whole mini-batch (one pass over every row), not per micro-batch (D10)
+    # μ, σ over the whole mini-batch (one pass over every row), not per micro-batch (docs/algorithms.md D10)
     ent = torch.zeros_like(batch.loss_mask)
     for _, micro, _, h, _ in seen:
         ent[micro.rows, : micro.width] = h

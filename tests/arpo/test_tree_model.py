@@ -69,7 +69,7 @@ def test_invariants_on_tiny_model_rollouts(hf_engine, tokenizer):
 
 
 def test_no_state_leaks_between_calls(hf_engine, tokenizer):
-    # same seed, with an unrelated call in between: identical trees (defect D1)
+    # same seed, with an unrelated call in between: identical trees (docs/algorithms.md D1)
     first = tree_rollout(hf_engine, tokenizer, seed=11)
     tree_rollout(hf_engine, tokenizer, seed=12, branch_probability=1.0)
     again = tree_rollout(hf_engine, tokenizer, seed=11)

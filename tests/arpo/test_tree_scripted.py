@@ -49,7 +49,7 @@ def test_branch_frequency_matches_probability_over_10k_decisions(tokenizer):
 
 def test_decision_uses_the_reaction_to_that_result_and_answers_are_eligible(tokenizer):
     # ΔH = +3 after the first result (P = 1), −3 after the second (P = 0): every fork must start at
-    # the first result; the reaction to the second result is the answer itself (EOS, defect D6)
+    # the first result; the reaction to the second result is the answer itself (EOS, docs/algorithms.md D6)
     vocab = len(tokenizer.get_vocab())
     h0 = 1.0
     hi, lo = react_entropy(h0, 3.0, vocab), react_entropy(h0, -3.0, vocab)

@@ -1,4 +1,5 @@
-"""GRPO / Dr. GRPO / batch-std / RLOO advantages against values worked out by hand (spec §3.2, §5)."""
+"""GRPO / Dr. GRPO / batch-std / RLOO advantages against values worked out by hand (docs/algorithms.md §3.2,
+§5)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_constant_group_is_exactly_zero():
 def test_lone_sample_gets_zero_and_a_warning():
     with pytest.warns(UserWarning, match="single trajectory"):
         adv = grpo_advantages(torch.tensor([5.0, 1.0, 0.0]), [0, 1, 1])
-    assert adv[0] == 0.0  # verl would give the raw score 5 (D30)
+    assert adv[0] == 0.0  # verl would give the raw score 5 (docs/algorithms.md D30)
     assert adv[1] > 0 > adv[2]
 
 

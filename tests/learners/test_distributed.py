@@ -1,4 +1,4 @@
-"""Two processes give the same update as one process on the same global batch (spec §2.4).
+"""Two processes give the same update as one process on the same global batch (docs/algorithms.md §2.4).
 
 Real `accelerate launch` of the real CLI, on CPU with the gloo backend. Rollouts use the HF engine
 with per-trajectory seeds, so both runs sample the same episodes; the two runs then differ in how

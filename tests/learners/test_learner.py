@@ -18,7 +18,7 @@ from algorithms.core.learner_config import LearnerConfig
 from algorithms.dapo import DAPOConfig, DAPOLearner
 from algorithms.rollout.trajectory import Trajectory
 
-# scripted rollouts make no tool calls; the learner rightly warns about that (D23)
+# scripted rollouts make no tool calls; the learner rightly warns about that (docs/algorithms.md D23)
 pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
 
 
@@ -84,7 +84,7 @@ def test_micro_batch_size_does_not_change_the_update(tmp_path, epochs):
 
 
 def test_reference_model_only_with_kl(tmp_path):
-    assert ScriptedGRPO(_cfg(output_dir=str(tmp_path / "a"))).ref_model is None  # D22
+    assert ScriptedGRPO(_cfg(output_dir=str(tmp_path / "a"))).ref_model is None  # docs/algorithms.md D22
     learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path / "b"), kl_coef=0.1))
     assert learner.ref_model is not None
     [metrics] = learner.train()

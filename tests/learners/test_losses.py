@@ -1,4 +1,5 @@
-"""Policy loss, aggregation, KL and overlong shaping against hand-computed values (spec §2, §4.4, §7.4, §9)."""
+"""Policy loss, aggregation, KL and overlong shaping against hand-computed values (docs/algorithms.md §2,
+§4.4, §7.4, §9)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def one_token(ratio: float, adv: float, **kw) -> tuple[float, float, dict]:
         (0.75, -1.0, {"clip_low": 0.3}, 0.75, 0.75, 0.0),
         # A < 0 above the upper bound: the unclipped branch wins (max), gradient −A·r
         (1.5, -1.0, {}, 1.5, 1.5, 0.0),
-        # dual clip c = 3: A = −1, r = 4 → min(4, 3) = 3, gradient 0 (spec §9.2)
+        # dual clip c = 3: A = −1, r = 4 → min(4, 3) = 3, gradient 0 (docs/algorithms.md §9.2)
         (4.0, -1.0, {"dual_clip": 3.0}, 3.0, 0.0, 0.0),
         # dual clip does nothing below c, or for A > 0
         (2.5, -1.0, {"dual_clip": 3.0}, 2.5, 2.5, 0.0),
@@ -168,7 +169,8 @@ def test_world_size_times_accumulation_equals_whole_batch(agg):
 
 
 def test_mean_of_micro_batch_means_differs():
-    """The classic pitfall (D21) is visible on this batch, so the equality above is not vacuous."""
+    """The classic pitfall (docs/algorithms.md D21) is visible on this batch, so the equality above is not
+    vacuous."""
     g = torch.Generator().manual_seed(0)
     lp = torch.randn(4, 5, generator=g, requires_grad=True)
     adv, mask = torch.randn(4, generator=g), (torch.rand(4, 5, generator=g) > 0.3).float()

@@ -13,7 +13,7 @@ import torch
 
 from algorithms.core.learner import Learner, LearnerConfig, RolloutBatch
 
-# an untrained tiny model rarely calls a tool; the learner rightly warns about that (D23)
+# an untrained tiny model rarely calls a tool; the learner rightly warns about that (docs/algorithms.md D23)
 pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
 
 TEMPERATURE = 0.6
