@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from baselines.comparison.report import MANIFEST, RUN_RESULT, write_report
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-MANIFEST = "compare.json"
-RUN_RESULT = "result.json"
 # the per-step metrics kept in result.json for the curves
 CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
 
@@ -144,8 +144,6 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report."""
     import multiprocessing
 
-    from baselines.comparison.report import write_report
-
     if not algos or not seeds:
         raise ValueError("compare: --algos and --seeds each need at least one entry")
     root = Path(out)
@@ -184,26 +182,6 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     return summary
 
 
-def load_runs(root: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The manifest and the per-run results of a comparison directory, in (algorithm, seed) order."""
-    root = Path(root)
-    path = root / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: is {root} the --out folder of a `compare` run?")
-    manifest = json.loads(path.read_text())
-    runs, missing = [], []
-    for algo in manifest["algos"]:
-        for seed in manifest["seeds"]:
-            result = root / f"{algo}-{seed}" / RUN_RESULT
-            if result.is_file():
-                runs.append(json.loads(result.read_text()))
-            else:
-                missing.append(str(result))
-    if missing:
-        raise FileNotFoundError("compare: runs without results (unfinished or failed; rerun them):\n  "
-                                + "\n  ".join(missing))
-    return manifest, runs
-
 
 def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("compare", help="train N algorithms x seeds on one env; table with CIs + plots")
@@ -222,8 +200,6 @@ def add_cli(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.report_only:
-        from baselines.comparison.report import write_report
-
         write_report(args.report_only)
         print((Path(args.report_only) / "results.md").read_text())
         return 0
@@ -232,4 +208,4 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["RunSpec", "add_cli", "load_runs", "plan_parallelism", "run_compare", "run_one"]
+__all__ = ["RunSpec", "add_cli", "plan_parallelism", "run_compare", "run_one"]

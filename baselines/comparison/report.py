@@ -17,6 +17,10 @@ from typing import Any
 
 from baselines.comparison.stats import mean_ci, paired_t_test
 
+# a comparison folder: the manifest at its root, one result file per (algorithm, seed) run
+MANIFEST = "compare.json"
+RUN_RESULT = "result.json"
+
 COLUMNS = (("pass@1", "pass@1"), ("f1", "F1"), ("format_ok", "format ok"), ("tool_calls", "tool calls"),
            ("response_tokens", "response tokens"))
 
@@ -156,10 +160,29 @@ def markdown_report(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_runs(root: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The manifest and the per-run results of a comparison directory, in (algorithm, seed) order."""
+    root = Path(root)
+    path = root / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {root} the --out folder of a `compare` run?")
+    manifest = json.loads(path.read_text())
+    runs, missing = [], []
+    for algo in manifest["algos"]:
+        for seed in manifest["seeds"]:
+            result = root / f"{algo}-{seed}" / RUN_RESULT
+            if result.is_file():
+                runs.append(json.loads(result.read_text()))
+            else:
+                missing.append(str(result))
+    if missing:
+        raise FileNotFoundError("compare: runs without results (unfinished or failed; rerun them):\n  "
+                                + "\n  ".join(missing))
+    return manifest, runs
+
+
 def write_report(root: str | os.PathLike) -> dict[str, Any]:
     """results.md / results.json / pass_at_1.png / reward_curves.png from a compare folder."""
-    from baselines.comparison.compare import load_runs
-
     root = Path(root)
     manifest, runs = load_runs(root)
     summary = summarize_runs(manifest, runs)
