@@ -27,8 +27,8 @@ from typing import Any, Literal
 import torch
 
 from algorithms.arpo import ARPOConfig, ARPOLearner
+from algorithms.base.config import option
 from algorithms.core.batch import MicroBatch, RolloutBatch
-from algorithms.core.config import option
 from algorithms.rollout.tree_config import TreeConfig
 
 

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import torch
 
+from algorithms.base.config import option
 from algorithms.core.batch import PromptDraw, RolloutBatch
-from algorithms.core.config import option
 from algorithms.core.learner import Learner, _run_coroutine
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.rollout.tree import TreeRollout, tree_metrics

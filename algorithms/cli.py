@@ -41,7 +41,7 @@ def learner_class(algo: str) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from algorithms.core.config import build_config, format_help
+    from algorithms.base.config import build_config, format_help
 
     if args.help:
         print(args.parser.format_help())
@@ -64,7 +64,7 @@ def _train(args: argparse.Namespace) -> int:
 def _check_algo_in_file(path: str | None, algo: str) -> None:
     if path is None:
         return
-    from algorithms.core.config import load_preset
+    from algorithms.base.config import load_preset
 
     named = load_preset(path).get("algo")
     if named is not None and named != algo:
@@ -72,7 +72,7 @@ def _check_algo_in_file(path: str | None, algo: str) -> None:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from algorithms.core.config import build_config, format_help
+    from algorithms.base.config import build_config, format_help
     from algorithms.sft import SFTConfig, run_sft
 
     if args.help:

@@ -31,12 +31,12 @@ from typing import Any, Literal
 
 import torch
 
+from algorithms.base.config import option
+from algorithms.base.seeds import DRAWS_PER_ROUND, dapo_first_group_id, dapo_seed_step
 from algorithms.core.advantages import constant_groups
-from algorithms.core.config import option
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.core.losses import overlong_penalty
-from algorithms.core.seeds import DRAWS_PER_ROUND, dapo_first_group_id, dapo_seed_step
 
 
 @dataclass

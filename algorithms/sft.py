@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from agent_envs.data.jsonl import iter_json_objects
-from algorithms.core.config import check_types, config_dict, option
+from algorithms.base.config import check_types, config_dict, option
 from algorithms.core.run_log import RunLogger
 
 

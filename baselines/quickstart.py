@@ -23,8 +23,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, rl_steps: int | None = None,
                    eval_tasks: int = 64, algo: str = "grpo") -> dict[str, Any]:
+    from algorithms.base.config import build_config
     from algorithms.cli import learner_class
-    from algorithms.core.config import build_config
     from algorithms.models.tiny import build_tiny_model
     from algorithms.sft import SFTConfig, run_sft
     from baselines.comparison.report import bar_plot, markdown_table

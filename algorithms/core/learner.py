@@ -47,15 +47,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from algorithms.base.config import config_dict
+from algorithms.base.seeds import draw_seed, flat_group_id, flat_traj_id
 from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
 from algorithms.core.batch import MicroBatch, PromptDraw, PromptSampler, RolloutBatch
 from algorithms.core.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
-from algorithms.core.config import config_dict
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.core.logprobs import token_logprobs
 from algorithms.core.losses import aggregate, kl_penalty, policy_loss
 from algorithms.core.run_log import RunLogger
-from algorithms.core.seeds import draw_seed, flat_group_id, flat_traj_id
 
 POLICY_LOSSES = {"ppo_clip": "hard", "ppo_clip_gradpreserve": "grad_preserve"}
 

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
-from algorithms.core.config import check_types, option
+from algorithms.base.config import check_types, option
 
 Engine = Literal["hf", "vllm"]
 AdvantageEstimator = Literal["grpo", "rloo"]

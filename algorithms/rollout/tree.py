@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from algorithms.core.seeds import TREE_ID_STRIDE, tree_traj_id
+from algorithms.base.seeds import TREE_ID_STRIDE, tree_traj_id
 from algorithms.rollout.branching import decide_branch, premonitor_global_samples
 from algorithms.rollout.engine import RolloutEngine, SamplingParams
 from algorithms.rollout.entropy import measure_segment

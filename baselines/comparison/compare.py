@@ -73,8 +73,8 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     write `<run_dir>/result.json`; returns that result."""
     import gymnasium as gym
 
+    from algorithms.base.config import build_config
     from algorithms.cli import learner_class
-    from algorithms.core.config import build_config
     from algorithms.core.run_log import read_metrics
     from baselines.evaluation.evaluate import EvalConfig, evaluate, make_engine
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from algorithms.base.config import build_config
 from algorithms.core.batch import PromptSampler
-from algorithms.core.config import build_config
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.dapo import DAPOConfig, DAPOLearner
