@@ -38,6 +38,7 @@ import torch
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.core.config import config_dict
 from algorithms.core.run_log import RunLogger
+from algorithms.core.threads import apply_threads, choose_threads
 
 
 @dataclass
@@ -51,7 +52,7 @@ class SFTConfig:
     num_examples: int = 4000  # gold-trace episodes (tasks 0..n-1 of the env)
     output_dir: str = "runs/sft"
     seed: int = 0
-    threads: int | None = None
+    threads: int | str | None = "auto"  # torch CPU threads: auto (free cores), an integer, None (as is)
     steps: int = 300
     batch_size: int = 32
     lr: float = 1e-3
@@ -75,6 +76,7 @@ class SFTConfig:
             )
         if self.lr <= 0:
             raise ValueError(f"config field 'lr' must be > 0, got {self.lr!r}")
+        choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
 
 
 @dataclass
@@ -238,8 +240,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     import agent_envs  # noqa: F401  (registers the ids)
 
     cfg.validate()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_threads(cfg.threads)
     acc = Accelerator(step_scheduler_with_optimizer=False)
     set_seed(cfg.seed)
     path = cfg.model

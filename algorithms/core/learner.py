@@ -47,6 +47,7 @@ from algorithms.core.config import config_dict
 from algorithms.core.logprobs import token_logprobs
 from algorithms.core.losses import AGG_MODES, KL_KINDS, aggregate, kl_penalty, policy_loss
 from algorithms.core.run_log import RunLogger
+from algorithms.core.threads import apply_threads, choose_threads
 
 POLICY_LOSSES = {"ppo_clip": "hard", "ppo_clip_gradpreserve": "grad_preserve"}
 ENGINES = ("hf", "vllm")
@@ -64,7 +65,7 @@ class LearnerConfig:
     engine_kwargs: dict = field(default_factory=dict)
     output_dir: str = "runs/grpo"
     seed: int = 0
-    threads: int | None = None  # torch CPU threads (None: leave as is)
+    threads: int | str | None = "auto"  # torch CPU threads: auto (free cores), an integer, None (as is)
     # rollout
     total_steps: int = 100  # RL steps
     prompts_per_step: int = 4  # prompt draws per RL step, over all ranks
@@ -156,6 +157,7 @@ class LearnerConfig:
         need(self.save_every >= 0, "save_every", "must be >= 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
+        choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
 
     @property
     def num_minibatches(self) -> int:
@@ -281,8 +283,7 @@ class Learner:
 
         config.validate()
         self.config = cfg = config
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        apply_threads(cfg.threads)
         precision = cfg.mixed_precision
         if precision == "auto":
             precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
