@@ -10,8 +10,9 @@
 
 `auto` takes the cores this process may run on (`os.sched_getaffinity`, so `taskset` and
 container CPU sets count) minus the machine's 1-minute load average (the runnable processes of
-everyone else), rounded half up and kept between 1 and the core count. On a
-shared machine this keeps a run from oversubscribing cores that another job already uses;
+everyone else), split evenly over the processes of this run on this machine (`LOCAL_WORLD_SIZE`,
+set by `accelerate launch` / torchrun), rounded half up and kept between 1 and the core count.
+On a shared machine this keeps a run from oversubscribing cores that another job already uses;
 on an idle one it uses them all. The choice is made once, when the run starts.
 """
 
@@ -39,20 +40,33 @@ def load_average() -> float:
         return 0.0
 
 
+def local_processes() -> int:
+    """Processes of this run on this machine (1 unless a launcher says otherwise)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def choose_threads(
-    setting: int | str | None, *, cores: int | None = None, load: float | None = None
+    setting: int | str | None,
+    *,
+    cores: int | None = None,
+    load: float | None = None,
+    processes: int | None = None,
 ) -> int | None:
     """The thread count for a `threads` config value: an integer as given, `auto` from the
     free cores (see the module docstring), None to leave torch's own default.
 
-    `cores` and `load` default to this machine's; tests pass them in.
+    `cores`, `load` and `processes` default to this machine's and this launch's; tests pass them.
     """
     if setting is None:
         return None
     if setting == AUTO:
         cores = available_cores() if cores is None else cores
         load = load_average() if load is None else load
-        return max(1, min(cores, math.floor(cores - load + 0.5)))
+        processes = local_processes() if processes is None else processes
+        return max(1, min(cores, math.floor((cores - load) / processes + 0.5)))
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
         raise ValueError(f"config field 'threads': use an integer >= 1, 'auto' or null, got {setting!r}")
     return setting
@@ -68,4 +82,4 @@ def apply_threads(setting: int | str | None) -> int | None:
     return n
 
 
-__all__ = ["AUTO", "apply_threads", "available_cores", "choose_threads", "load_average"]
+__all__ = ["AUTO", "apply_threads", "available_cores", "choose_threads", "load_average", "local_processes"]

@@ -30,6 +30,14 @@ def test_auto_is_cores_minus_load(cores, load, expected):
     assert choose_threads("auto", cores=cores, load=load) == expected
 
 
+def test_auto_splits_the_free_cores_over_local_processes(monkeypatch):
+    assert choose_threads("auto", cores=16, load=0.0, processes=2) == 8
+    assert choose_threads("auto", cores=2, load=0.0, processes=2) == 1
+    assert choose_threads("auto", cores=2, load=0.0, processes=4) == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # what accelerate launch / torchrun set
+    assert choose_threads("auto", cores=16, load=0.0) == 4
+
+
 def test_explicit_count_wins_and_none_leaves_torch_alone():
     assert choose_threads(3, cores=2, load=9.0) == 3
     assert choose_threads(None, cores=2, load=0.0) is None
