@@ -254,6 +254,7 @@ class HFEngine:
             position_ids=positions.to(dev),
             past_key_values=past,
             use_cache=True,
+            logits_to_keep=1,  # only the last position's logits are sampled from
         )
         next_pos = torch.tensor([len(ids) for ids in prompts])
         return out.past_key_values, out.logits[:, -1, :].float().cpu(), mask, next_pos
