@@ -619,8 +619,11 @@ class Learner:
             logits_to_keep=1,
             use_cache=True,
         )
-        rows = torch.tensor(owners, device=dev)
         cache = head.past_key_values
+        if not all(type(layer).__name__ == "DynamicLayer" for layer in getattr(cache, "layers", [None])):
+            # sliding-window or hybrid caches keep something other than every prompt position
+            return self._logits(model, trajs, width)
+        rows = torch.tensor(owners, device=dev)
         for layer in cache.layers:  # one copy of its prompt's keys and values per response
             layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
         b = len(trajs)

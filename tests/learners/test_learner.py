@@ -217,11 +217,15 @@ def test_shared_prompt_pass_equals_full_passes(tmp_path):
     batch = RolloutBatch.from_trajectories(trajs, torch.zeros(len(trajs)))
     micro = MicroBatch(rows=list(range(len(trajs))), width=batch.response_ids.shape[1])
     model = learner.model
+    full_passes = []
+    full = learner._logits
+    learner._logits = lambda *a: full_passes.append(1) or full(*a)
     results = []
     for share in (True, False):
         learner.share_prompts = share
         model.zero_grad()
         lp, ent = learner.forward(model, batch, micro, with_entropy=True, entropy_grad=True)
+        assert len(full_passes) == (0 if share else 1)  # the shared pass really ran
         ((lp + ent) * batch.loss_mask).sum().backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         results.append((lp.detach(), ent.detach(), grads))
