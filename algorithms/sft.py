@@ -42,6 +42,7 @@ import torch
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.base.config import check_types, config_dict, option
 from algorithms.core.run_log import RunLogger
+from algorithms.core.threads import apply_threads, choose_threads
 
 
 @dataclass
@@ -56,7 +57,10 @@ class SFTConfig:
     num_examples: int = option(4000, "gold-trace episodes (tasks 0..n-1 of the env)")
     output_dir: str = option("runs/sft", "run directory: logs and the final model")
     seed: int = option(0, "seed of data order and initialisation")
-    threads: int | None = option(None, "torch CPU threads (null: leave as is)")
+    threads: int | Literal["auto"] | None = option(
+        "auto", "torch CPU threads: auto (free cores: usable cores minus the 1-min load), an integer, or "
+        "null (leave as is)"
+    )
     steps: int = option(300, "optimizer steps")
     batch_size: int = option(32, "sequences per optimizer step")
     lr: float = option(1e-3, "AdamW learning rate")
@@ -77,6 +81,7 @@ class SFTConfig:
                 raise ValueError(f"config field {key!r} must be >= 1, got {getattr(self, key)!r}")
         if self.lr <= 0:
             raise ValueError(f"config field 'lr' must be > 0, got {self.lr!r}")
+        choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
 
 
 @dataclass
@@ -240,8 +245,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     import agent_envs  # noqa: F401  (registers the ids)
 
     cfg.validate()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_threads(cfg.threads)
     acc = Accelerator(step_scheduler_with_optimizer=False)
     set_seed(cfg.seed)
     path = cfg.model

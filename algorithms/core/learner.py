@@ -56,6 +56,7 @@ from algorithms.core.learner_config import LearnerConfig
 from algorithms.core.logprobs import token_logprobs
 from algorithms.core.losses import aggregate, kl_penalty, policy_loss
 from algorithms.core.run_log import RunLogger
+from algorithms.core.threads import apply_threads
 
 POLICY_LOSSES = {"ppo_clip": "hard", "ppo_clip_gradpreserve": "grad_preserve"}
 
@@ -79,8 +80,7 @@ class Learner:
 
         config.validate()
         self.config = cfg = config
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        apply_threads(cfg.threads)
         precision = cfg.mixed_precision
         if precision == "auto":
             precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
@@ -110,6 +110,9 @@ class Learner:
         self.model, self.optimizer, self.scheduler = acc.prepare(self.model, self.optimizer, self.scheduler)
         if self.ref_model is not None:
             self.ref_model = acc.prepare_model(self.ref_model, evaluation_mode=True)
+        # DDP-style wrappers expect one forward per backward, and gradient checkpointing turns the
+        # KV cache off: sharing prompts is for the single-process case
+        self.share_prompts = self.world == 1 and not cfg.gradient_checkpointing
         self.env_factory = env_factory or self._default_env_factory
         self.engine = engine if engine is not None else self._make_engine()
         num_tasks = self._num_tasks()
@@ -357,6 +360,22 @@ class Learner:
         """
         trajs = [batch.trajectories[r] for r in micro.rows]
         width = micro.width
+        if self.share_prompts:
+            logits = self._logits_sharing_prompts(model, trajs, width)
+        else:
+            logits = self._logits(model, trajs, width)
+        targets = batch.response_ids[micro.rows, :width].to(self.accelerator.device)
+        return token_logprobs(
+            logits,
+            targets,
+            temperature=self.config.temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+
+    def _logits(self, model: Any, trajs: list[Any], width: int) -> torch.Tensor:
+        """Logits [b, width, vocab] predicting each response token, from one pass over
+        prompt and response."""
         plen = max(len(t.prompt_ids) for t in trajs)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         b = len(trajs)
@@ -377,15 +396,57 @@ class Learner:
             logits_to_keep=width + 1,
             use_cache=False,
         )
-        logits = out.logits[:, :-1]
-        targets = batch.response_ids[micro.rows, :width].to(dev)
-        return token_logprobs(
-            logits,
-            targets,
-            temperature=self.config.temperature,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
+        return out.logits[:, :-1]
+
+    def _logits_sharing_prompts(self, model: Any, trajs: list[Any], width: int) -> torch.Tensor:
+        """`_logits`, with each distinct prompt run once: a group's G responses share a prompt,
+        so its KV cache is computed once (with gradients) and repeated for them. Causal attention
+        makes this the same computation as G full passes; the prompt tokens' share of the cost
+        drops G-fold (about a third of a tiny GRPO step's training time)."""
+        owner_of: dict[tuple[int, ...], int] = {}
+        owners = [owner_of.setdefault(tuple(t.prompt_ids), len(owner_of)) for t in trajs]
+        if len(owner_of) == len(trajs):
+            return self._logits(model, trajs, width)
+        prompts = list(owner_of)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        dev = self.accelerator.device
+        plen = max(len(p) for p in prompts)
+        p_ids = torch.full((len(prompts), plen), pad, dtype=torch.long)
+        p_attn = torch.zeros((len(prompts), plen), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            p_ids[i, plen - len(p) :] = torch.tensor(p, dtype=torch.long)
+            p_attn[i, plen - len(p) :] = 1
+        head = model(
+            input_ids=p_ids.to(dev),
+            attention_mask=p_attn.to(dev),
+            position_ids=(p_attn.cumsum(-1) - 1).clamp(min=0).to(dev),
+            logits_to_keep=1,
+            use_cache=True,
         )
+        cache = head.past_key_values
+        if not all(type(layer).__name__ == "DynamicLayer" for layer in getattr(cache, "layers", [None])):
+            # sliding-window or hybrid caches keep something other than every prompt position
+            return self._logits(model, trajs, width)
+        rows = torch.tensor(owners, device=dev)
+        for layer in cache.layers:  # one copy of its prompt's keys and values per response
+            layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
+        b = len(trajs)
+        ids = torch.full((b, width), pad, dtype=torch.long)
+        r_attn = torch.zeros((b, width), dtype=torch.long)
+        for i, t in enumerate(trajs):
+            n = min(len(t.response_ids), width)
+            ids[i, :n] = torch.tensor(t.response_ids[:n], dtype=torch.long)
+            r_attn[i, :n] = 1
+        starts = torch.tensor([len(t.prompt_ids) for t in trajs]).unsqueeze(1)
+        out = model(
+            input_ids=ids.to(dev),
+            attention_mask=torch.cat([p_attn[owners], r_attn], dim=1).to(dev),
+            position_ids=(starts + torch.arange(width)).to(dev),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        # the prompt's last position predicts the first response token
+        return torch.cat([head.logits[:, -1:][rows], out.logits[:, :-1]], dim=1)
 
     def micro_batches(self, rows: list[int], batch: RolloutBatch, count: int) -> list[MicroBatch]:
         """Split `rows` into exactly `count` micro-batches (ranks must agree on the count)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algorithms.base.config import check_types, option
+from algorithms.core.threads import choose_threads
 
 Engine = Literal["hf", "vllm"]
 AdvantageEstimator = Literal["grpo", "rloo"]
@@ -41,7 +42,10 @@ class LearnerConfig:
     engine_kwargs: dict = option(factory=dict, help="keyword arguments of the rollout engine")
     output_dir: str = option("runs/grpo", "run directory: checkpoints, logs, final model")
     seed: int = option(0, "seed of prompt order, rollout sampling and initialisation")
-    threads: int | None = option(None, "torch CPU threads (null: leave as is)")
+    threads: int | Literal["auto"] | None = option(
+        "auto", "torch CPU threads: auto (free cores: usable cores minus the 1-min load), an integer, or "
+        "null (leave as is)"
+    )
     # rollout
     total_steps: int = option(100, "RL steps")
     prompts_per_step: int = option(4, "prompt draws per RL step, over all ranks")
@@ -125,6 +129,7 @@ class LearnerConfig:
         need(self.save_every >= 0, "save_every", "must be >= 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
+        choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
         # the engine samples from the truncated distribution, but `forward` recomputes log-probs
         # of the full softmax at T: the PPO ratio and IS weights are then biased
         for key, truncates in (("top_p", self.top_p < 1), ("top_k", self.top_k > 0)):

@@ -272,11 +272,20 @@ async def run_paths(
     params: SamplingParams,
     max_response_tokens: int,
     *,
-    batch_wait_s: float = 0.002,
+    batch_wait_s: float = 0.02,
+    batch_max_wait_s: float = 0.25,
     on_finish: Callable[[Path], None] | None = None,
 ) -> list[Path]:
-    """Drive paths to their end, overlapping generation of some with env steps of others."""
+    """Drive paths to their end, overlapping generation of some with env steps of others.
+
+    Env steps that finish in a stream (tool calls queued on a few sandbox workers land a few
+    milliseconds apart) are gathered into one engine call: after the first lands, the runner
+    keeps waiting while the next arrives within `batch_wait_s`, for at most `batch_max_wait_s`.
+    A call started for the first one or two alone would decode as long as a full batch does, and
+    the others would wait for it.
+    """
     tokenizer = engine.tokenizer
+    loop = asyncio.get_running_loop()
     ready = [p for p in paths if p.active]
     pending: set[asyncio.Task] = set()
     try:
@@ -289,9 +298,16 @@ async def run_paths(
             if not pending:
                 continue
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if pending and batch_wait_s > 0:
-                # results that land together (same tool latency) should share one engine call
-                more, pending = await asyncio.wait(pending, timeout=batch_wait_s)
+            deadline = loop.time() + batch_max_wait_s
+            while pending and batch_wait_s > 0:
+                timeout = min(batch_wait_s, deadline - loop.time())
+                if timeout <= 0:
+                    break
+                more, pending = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not more:
+                    break
                 done |= more
             for task in done:
                 path = task.result()

@@ -91,7 +91,7 @@ def test_aepo_switches_are_set_by_aepo_and_kept_under_overrides():
 def test_types_are_checked_from_annotations_even_where_the_default_is_none():
     with pytest.raises(ValueError, match=r"'mini_batch_prompts' must be int \| null, got 'four'"):
         build_config(LearnerConfig, None, ["mini_batch_prompts=four"])
-    with pytest.raises(ValueError, match=r"'threads' must be int \| null"):
+    with pytest.raises(ValueError, match=r"'threads' must be int \| auto \| null"):
         build_config(LearnerConfig, None, ["threads=1.5"])
     with pytest.raises(ValueError, match=r"'gradient_checkpointing' must be true or false"):
         build_config(LearnerConfig, None, ["gradient_checkpointing=3"])

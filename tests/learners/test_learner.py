@@ -225,3 +225,35 @@ def test_validation_is_greedy_on_held_out_tasks(tmp_path, sft_run):
     assert before["eval/tool_calls_mean"] > 0 and before["eval/response_length_mean"] > 0
     with pytest.raises(ValueError, match="'eval_episodes': env AgentMath-v0 has"):
         ScriptedGRPO(_cfg(output_dir=str(tmp_path / "too_many"), eval_every=1, eval_episodes=10**7))
+
+
+def test_shared_prompt_pass_equals_full_passes(tmp_path):
+    """A group's responses reuse one prompt pass (its KV cache, with gradients): log-probs,
+    entropies and gradients equal those of a full pass per response."""
+    from algorithms.core.learner import MicroBatch, RolloutBatch
+
+    learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path), temperature=0.7))
+    assert learner.share_prompts
+    draws = learner.draw_prompts(0, 3, 0)
+    trajs = scripted_trajectories(draws, 4, ScriptedMixin.reward_of)
+    batch = RolloutBatch.from_trajectories(trajs, torch.zeros(len(trajs)))
+    micro = MicroBatch(rows=list(range(len(trajs))), width=batch.response_ids.shape[1])
+    model = learner.model
+    full_passes = []
+    full = learner._logits
+    learner._logits = lambda *a: full_passes.append(1) or full(*a)
+    results = []
+    for share in (True, False):
+        learner.share_prompts = share
+        model.zero_grad()
+        lp, ent = learner.forward(model, batch, micro, with_entropy=True, entropy_grad=True)
+        assert len(full_passes) == (0 if share else 1)  # the shared pass really ran
+        ((lp + ent) * batch.loss_mask).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((lp.detach(), ent.detach(), grads))
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    real = batch.loss_mask > 0
+    assert torch.allclose(lp_a[real], lp_b[real], atol=1e-5)
+    assert torch.allclose(ent_a[real], ent_b[real], atol=1e-5)
+    assert g_a.norm() > 0
+    assert torch.allclose(g_a, g_b, atol=1e-5 * float(g_a.abs().max()))

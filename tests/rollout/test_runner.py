@@ -232,3 +232,30 @@ def test_trajectory_jsonl_round_trip_and_errors(tmp_path):
         read_jsonl(bad)
     with pytest.raises(ValueError, match="logprobs must be 0.0 where loss_mask is 0"):
         Trajectory([1], [2], [0], [-1.0]).validate()
+
+
+class QueuedTool(CalcTool):
+    """Answers one call at a time, each taking `delay_s`: like a sandbox with a single worker, so
+    results land one after another rather than together."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.queue_delay_s = delay_s
+        self._one_at_a_time = asyncio.Lock()
+
+    async def call(self, arg):
+        async with self._one_at_a_time:
+            await asyncio.sleep(self.queue_delay_s)
+            return await super().call(arg)
+
+
+async def test_tool_results_landing_in_a_stream_share_one_engine_call(hf_engine):
+    tool = QueuedTool(delay_s=0.005)
+    trajs, rec, _ = await _run(hf_engine, tool=tool, params=SamplingParams(temperature=0, max_tokens=256))
+    first_prompts, _, first_segs = rec.calls[0]
+    called = sum(seg.finish_reason == "stop" for seg in first_segs)
+    assert called >= 4, "the warmed tiny model writes <python> calls for most prompts"
+    # every path whose first tool call was answered continues in the second engine call, not in
+    # a call of its own started as soon as the first result came back
+    assert len(rec.calls[1][0]) >= called - 1, [len(c[0]) for c in rec.calls]
+    assert len(first_prompts) == len(trajs)
