@@ -230,7 +230,7 @@ def test_validation_is_greedy_on_held_out_tasks(tmp_path, sft_run):
 def test_shared_prompt_pass_equals_full_passes(tmp_path):
     """A group's responses reuse one prompt pass (its KV cache, with gradients): log-probs,
     entropies and gradients equal those of a full pass per response."""
-    from algorithms.core.learner import MicroBatch, RolloutBatch
+    from algorithms.core.batch import MicroBatch, RolloutBatch
 
     learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path), temperature=0.7))
     assert learner.share_prompts

@@ -11,7 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.core.learner import Learner, LearnerConfig, RolloutBatch
+from algorithms.core.batch import RolloutBatch
+from algorithms.core.learner import Learner
+from algorithms.core.learner_config import LearnerConfig
 
 # an untrained tiny model rarely calls a tool; the learner rightly warns about that (docs/algorithms.md D23)
 pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
