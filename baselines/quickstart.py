@@ -26,27 +26,24 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SAMPLES = 4  # samples per held-out task in the sampled evaluation
 
 
-def tool_use_by_difficulty(samples_file: Path, tasks: Any) -> dict[str, float]:
+def tool_use_by_difficulty(samples_file: Path, tasks: Any, indices: range) -> dict[str, float]:
     """Accuracy and tool use of an evaluation's episodes, split by whether the task needs the tool
     (`needs_tool` in the task metadata; tasks without it count as needing it)."""
-    by_id = {}
+    needs = {t.id: t.metadata.get("needs_tool", True) for t in (tasks[i] for i in indices)}
     rows = [json.loads(line) for line in samples_file.read_text().splitlines() if line.strip()]
     out: dict[str, float] = {}
-    for kind in ("hard", "easy"):
-        picked = []
-        for r in rows:
-            if r["task_id"] not in by_id:
-                by_id[r["task_id"]] = tasks[int(r["task_id"].rsplit("-", 1)[1])]
-            needs = by_id[r["task_id"]].metadata.get("needs_tool", True)
-            if needs == (kind == "hard"):
-                picked.append(r)
-        if picked:
-            n = len(picked)
-            out[f"{kind}_accuracy"] = sum(r["correct"] for r in picked) / n
-            out[f"{kind}_tool_rate"] = sum(r["tool_calls"] > 0 for r in picked) / n
-            out[f"{kind}_tool_calls"] = sum(r["tool_calls"] for r in picked) / n
-            tooled = [r for r in picked if r["tool_calls"] > 0]
-            out[f"{kind}_accuracy_with_tool"] = sum(r["correct"] for r in tooled) / len(tooled) if tooled else float("nan")
+    for kind, wanted in (("hard", True), ("easy", False)):
+        picked = [r for r in rows if needs[r["task_id"]] == wanted]
+        if not picked:
+            continue
+        n = len(picked)
+        tooled = [r for r in picked if r["tool_calls"] > 0]
+        out[f"{kind}_accuracy"] = sum(r["correct"] for r in picked) / n
+        out[f"{kind}_tool_rate"] = len(tooled) / n
+        out[f"{kind}_tool_calls"] = sum(r["tool_calls"] for r in picked) / n
+        out[f"{kind}_accuracy_with_tool"] = (
+            sum(r["correct"] for r in tooled) / len(tooled) if tooled else float("nan")
+        )
     return out
 
 
@@ -73,7 +70,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     stage("tiny model")
     base = build_tiny_model()
     sft_cfg = build_config(SFTConfig, CONFIGS / "sft_tiny.yaml",
-                           [f"model={base}", f"output_dir={root / 'sft'}", f"seed={seed}"]
+                           [f"model={base}", f"output_dir={root / 'sft'}", f"seed={seed}", "eval_episodes=0"]
                            + ([f"steps={sft_steps}"] if sft_steps else []))
     cls = learner_class(algo)
     rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}"] + (
@@ -82,6 +79,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     # held-out tasks: the end of the world's index range (SFT trains on the start, RL samples uniformly)
     tasks = gym.make(rl_cfg.env, **rl_cfg.env_kwargs).unwrapped.tasks
     first = len(tasks) - eval_tasks
+    held_out = range(first, len(tasks))
     # "sampled" means the RL run's whole sampling setup, so it measures the policy RL trained
     sampling = {"temperature": rl_cfg.temperature, "top_p": rl_cfg.top_p, "top_k": rl_cfg.top_k}
     sampled = f"T={rl_cfg.temperature:g}, top_p={rl_cfg.top_p:g}, top_k={rl_cfg.top_k}, {SAMPLES} samples"
@@ -92,7 +90,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                          limit=eval_tasks, first_task=first, max_response_tokens=rl_cfg.max_response_tokens,
                          env_kwargs=rl_cfg.env_kwargs, out=str(folder), seed=seed,
                          **({"temperature": 0.0} if greedy else sampling))
-        metrics = {**evaluate(cfg)["metrics"], **tool_use_by_difficulty(folder / "samples.jsonl", tasks)}
+        metrics = {**evaluate(cfg)["metrics"], **tool_use_by_difficulty(folder / "samples.jsonl", tasks, held_out)}
         print(f"{name}: pass@1 {metrics['pass@1']:.3f}  tool use on hard tasks "
               f"{metrics.get('hard_tool_rate', float('nan')):.2f}", flush=True)
         return {"label": name, **metrics}
