@@ -125,7 +125,8 @@ def gold_trace_examples(env: Any, tokenizer: Any, indices: list[int]) -> list[Ex
             o = _encode(tokenizer, obs)
             ids += o
             mask += [0] * len(o)
-        if not done or reward <= 0:
+        # a teacher's deliberate mistake (metadata trace_correct False) is meant to fail
+        if not done or (reward <= 0 and task.metadata.get("trace_correct", True)):
             raise ValueError(
                 f"gold trace of task {task.id!r} does not solve it (reward {reward}); check the world"
             )

@@ -1,14 +1,18 @@
-"""The CPU quickstart: a tiny model learns to use a Python tool, end to end, offline.
+"""The CPU quickstart: a tiny model learns *when* to use a Python tool, end to end, offline.
 
-    agent-envs quickstart                    # about 5-10 minutes on 2 idle CPU cores
+    agent-envs quickstart                    # about 5 minutes on 2 idle CPU cores
     agent-envs quickstart --sft-steps 40 --rl-steps 4 --eval-tasks 16   # a smoke run
 
-Stages, each written under `--out` (default runs/quickstart):
+The task mixes easy questions (one-digit sums, answerable at once) with hard ones that need the
+tool, and the SFT traces come from a deliberately imperfect teacher that often skips the tool on
+hard tasks and guesses (configs/sft_tiny.yaml). SFT teaches the protocol and digit copying; RL
+must fix the strategy. Stages, each written under `--out` (default runs/quickstart):
 1. build a tiny Qwen2-architecture model and tokenizer locally (no hub download);
-2. evaluate it on held-out arithmetic tasks (greedy): it knows nothing yet;
-3. cold-start SFT on the arithmetic world's gold tool-use traces (configs/sft_tiny.yaml);
-4. GRPO from the SFT checkpoint with the python sandbox in the loop (configs/grpo_tiny.yaml);
-5. evaluate after each stage, greedy and sampled; write results.md and results.png.
+2. cold-start SFT on the imperfect teacher's traces (configs/sft_tiny.yaml);
+3. RL from the SFT checkpoint with the python sandbox in the loop (configs/grpo_tiny.yaml);
+4. evaluate SFT and RL models on held-out tasks, greedy and with the RL run's own sampling setup
+   (temperature, top_p, top_k); write results.md, results.json and results.png (accuracy before
+   and after, tool calls per task by difficulty, the smoothed reward curve).
 """
 
 from __future__ import annotations
@@ -19,15 +23,40 @@ from pathlib import Path
 from typing import Any
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+SAMPLES = 4  # samples per held-out task in the sampled evaluation
+
+
+def tool_use_by_difficulty(samples_file: Path, tasks: Any, indices: range) -> dict[str, float]:
+    """Accuracy and tool use of an evaluation's episodes, split by whether the task needs the tool
+    (`needs_tool` in the task metadata; tasks without it count as needing it)."""
+    needs = {t.id: t.metadata.get("needs_tool", True) for t in (tasks[i] for i in indices)}
+    rows = [json.loads(line) for line in samples_file.read_text().splitlines() if line.strip()]
+    out: dict[str, float] = {}
+    for kind, wanted in (("hard", True), ("easy", False)):
+        picked = [r for r in rows if needs[r["task_id"]] == wanted]
+        if not picked:
+            continue
+        n = len(picked)
+        tooled = [r for r in picked if r["tool_calls"] > 0]
+        out[f"{kind}_accuracy"] = sum(r["correct"] for r in picked) / n
+        out[f"{kind}_tool_rate"] = len(tooled) / n
+        out[f"{kind}_tool_calls"] = sum(r["tool_calls"] for r in picked) / n
+        out[f"{kind}_accuracy_with_tool"] = (
+            sum(r["correct"] for r in tooled) / len(tooled) if tooled else float("nan")
+        )
+    return out
 
 
 def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, rl_steps: int | None = None,
-                   eval_tasks: int = 64, algo: str = "grpo") -> dict[str, Any]:
+                   eval_tasks: int = 64, algo: str = "grpo", seed: int = 0) -> dict[str, Any]:
+    import gymnasium as gym
+
     from algorithms.base.config import build_config
     from algorithms.cli import learner_class
+    from algorithms.core.run_log import read_metrics
     from algorithms.models.tiny import build_tiny_model
     from algorithms.sft import SFTConfig, run_sft
-    from baselines.comparison.report import bar_plot, markdown_table
+    from baselines.comparison.report import markdown_table, quickstart_plot
     from baselines.evaluation.evaluate import EvalConfig, evaluate
 
     root = Path(out)
@@ -41,50 +70,60 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     stage("tiny model")
     base = build_tiny_model()
     sft_cfg = build_config(SFTConfig, CONFIGS / "sft_tiny.yaml",
-                           [f"model={base}", f"output_dir={root / 'sft'}"] + ([f"steps={sft_steps}"] if sft_steps else []))
-    env_kwargs = dict(sft_cfg.env_kwargs)
+                           [f"model={base}", f"output_dir={root / 'sft'}", f"seed={seed}", "eval_episodes=0"]
+                           + ([f"steps={sft_steps}"] if sft_steps else []))
+    cls = learner_class(algo)
+    rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}"] + (
+        [f"total_steps={rl_steps}"] if rl_steps else [])
+    rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", rl_overrides)
     # held-out tasks: the end of the world's index range (SFT trains on the start, RL samples uniformly)
-    import gymnasium as gym
+    tasks = gym.make(rl_cfg.env, **rl_cfg.env_kwargs).unwrapped.tasks
+    first = len(tasks) - eval_tasks
+    held_out = range(first, len(tasks))
+    # "sampled" means the RL run's whole sampling setup, so it measures the policy RL trained
+    sampling = {"temperature": rl_cfg.temperature, "top_p": rl_cfg.top_p, "top_k": rl_cfg.top_k}
+    sampled = f"T={rl_cfg.temperature:g}, top_p={rl_cfg.top_p:g}, top_k={rl_cfg.top_k}, {SAMPLES} samples"
 
-    probe_len = len(gym.make(sft_cfg.env, **env_kwargs).unwrapped.tasks)
-
-    def evaluation(name: str, model: Path, n: int = 1, temperature: float | None = None) -> dict:
-        cfg = EvalConfig(env=sft_cfg.env, model=str(model), engine="hf", n=n, ks=(1,), limit=eval_tasks,
-                         first_task=probe_len - eval_tasks, temperature=temperature, max_response_tokens=96,
-                         env_kwargs=env_kwargs, out=str(root / "eval" / name))
-        metrics = evaluate(cfg)["metrics"]
-        print(f"{name}: pass@1 {metrics['pass@1']:.3f}  format ok {metrics['format_ok']:.3f}  "
-              f"tool calls {metrics['tool_calls']:.2f}", flush=True)
+    def evaluation(name: str, model: Path, greedy: bool) -> dict:
+        folder = root / "eval" / name.split(" ")[0].lower() / ("greedy" if greedy else "sampled")
+        cfg = EvalConfig(env=rl_cfg.env, model=str(model), engine="hf", n=1 if greedy else SAMPLES, ks=(1,),
+                         limit=eval_tasks, first_task=first, max_response_tokens=rl_cfg.max_response_tokens,
+                         env_kwargs=rl_cfg.env_kwargs, out=str(folder), seed=seed,
+                         **({"temperature": 0.0} if greedy else sampling))
+        metrics = {**evaluate(cfg)["metrics"], **tool_use_by_difficulty(folder / "samples.jsonl", tasks, held_out)}
+        print(f"{name}: pass@1 {metrics['pass@1']:.3f}  tool use on hard tasks "
+              f"{metrics.get('hard_tool_rate', float('nan')):.2f}", flush=True)
         return {"label": name, **metrics}
 
-    cls = learner_class(algo)
-    rl_overrides = [f"output_dir={root / algo}", "save_every=0"] + ([f"total_steps={rl_steps}"] if rl_steps else [])
-    temp = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", rl_overrides).temperature
-    sampled = f"T={temp:g}, 4 samples"  # the temperature RL samples at
-
-    rows = [evaluation("base (greedy)", base)]
     stage("SFT")
     sft = Path(run_sft(sft_cfg)["model"])
-    rows.append(evaluation("SFT (greedy)", sft))
-    rows.append(evaluation(f"SFT ({sampled})", sft, n=4, temperature=temp))
+    stage("SFT evaluation")
+    rows = [evaluation("SFT (greedy)", sft, True), evaluation(f"SFT ({sampled})", sft, False)]
     stage(algo.upper())
     rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", [f"model={sft}", *rl_overrides])
     cls(rl_cfg).train()
     rl = root / algo / "final_model"
-    rows.append(evaluation(f"{algo.upper()} (greedy)", rl))
-    rows.append(evaluation(f"{algo.upper()} ({sampled})", rl, n=4, temperature=temp))
+    stage(f"{algo.upper()} evaluation")
+    rows += [evaluation(f"{algo.upper()} (greedy)", rl, True), evaluation(f"{algo.upper()} ({sampled})", rl, False)]
     timings["done"] = time.perf_counter()
 
     names = list(timings)
     wall = {n: timings[b] - timings[n] for n, b in zip(names, names[1:], strict=False)}
-    table = markdown_table(rows, label="model")
-    plot = bar_plot([r["label"].replace(" (", "\n(") for r in rows], [r["pass@1"] for r in rows],
-                    root / "results.png", "AgentMath-v0, held-out tasks")
-    text = (f"# Quickstart results\n\nHeld-out tasks: {eval_tasks} (indices {probe_len - eval_tasks}-{probe_len - 1}).\n\n"
+    columns = (("pass@1", "accuracy"), ("hard_accuracy", "acc. hard"), ("easy_accuracy", "acc. easy"),
+               ("hard_tool_rate", "tool use, hard"), ("easy_tool_rate", "tool use, easy"),
+               ("hard_accuracy_with_tool", "acc. when the tool was used (hard)"),
+               ("response_tokens", "response tokens"))
+    table = markdown_table(rows, label="model", columns=columns)
+    plot = quickstart_plot(rows, read_metrics(root / algo), root / "results.png",
+                           f"AgentMath-v0 (easy + hard tasks), {eval_tasks} held-out tasks, {algo.upper()}")
+    text = (f"# Quickstart results\n\nHeld-out tasks: {eval_tasks} (indices {first}-{len(tasks) - 1}); "
+            f"sampled rows use the {algo.upper()} run's sampling setup ({sampled}).\n"
+            "Hard tasks need the tool; easy ones (one-digit sums) do not.\n\n"
             f"{table}\n\nWall time per stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())
             + f"\n\nTraining curves: {root / algo / 'curves.png'}\n")
     (root / "results.md").write_text(text)
-    (root / "results.json").write_text(json.dumps({"rows": rows, "wall_s": wall}, indent=1, default=str))
+    (root / "results.json").write_text(json.dumps({"rows": rows, "wall_s": wall, "sampling": sampling},
+                                                  indent=1, default=str))
     print("\n" + text + f"\nPlot: {plot}")
     return {"rows": rows, "wall_s": wall, "plot": str(plot)}
 
@@ -96,4 +135,5 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--rl-steps", type=int, help="default: the algorithm's tiny preset")
     p.add_argument("--eval-tasks", type=int, default=64)
     p.add_argument("--algo", default="grpo", choices=["grpo", "dapo", "arpo", "aepo"])
-    p.set_defaults(func=lambda a: run_quickstart(a.out, a.sft_steps, a.rl_steps, a.eval_tasks, a.algo) and 0)
+    p.add_argument("--seed", type=int, default=0, help="seed of SFT and RL (the tasks stay the same)")
+    p.set_defaults(func=lambda a: run_quickstart(a.out, a.sft_steps, a.rl_steps, a.eval_tasks, a.algo, a.seed) and 0)

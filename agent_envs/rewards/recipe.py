@@ -10,6 +10,10 @@ components of every stage always go into `info`; the recipe only decides the sca
 | `f1`       | 0                 | token F1 for every task kind                              | none  |
 | `arpo`     | -1                | token F1 for every task kind, as the public ARPO code     | +0.1 if both search and python were used |
 
+`tool_cost` (default 0) is subtracted once per tool call from the scalar of a well-formed
+response in the `standard` and `binary` recipes: a cheap way to let RL learn to skip calls a
+task does not need (a correct answer still outweighs a few calls).
+
 The `arpo` recipe is the reference training reward of ARPO/AEPO (docs/envs.md, The ARPO reference recipe): -1
 when the format check fails or no `\\boxed{}` prediction exists; otherwise the token F1 of the prediction (max
 over golden aliases, SQuAD normalisation; `yes`/`no`/`noanswer` must match exactly), plus 0.1 when F1 > 0
@@ -134,6 +138,7 @@ class RewardRecipe:
     multi_tool_bonus: float = 0.0
     judge: LLMJudge | None = field(default=None, compare=False)
     math_timeout: float = DEFAULT_TIMEOUT_S
+    tool_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in RECIPES:
@@ -155,8 +160,9 @@ class RewardRecipe:
                 return RewardResult(self.format_penalty, comps)
             bonus = self.multi_tool_bonus if comps["f1"] > 0 and both_tools else 0.0
             return RewardResult(comps["f1"] + bonus, comps)
+        cost = self.tool_cost * sum(tool_calls.values())
         if self.name == "binary":
-            return RewardResult(comps["correct"] if format_ok else 0.0, comps)
+            return RewardResult(comps["correct"] - cost if format_ok else 0.0, comps)
         if self.name == "f1":
             return RewardResult(comps["f1"] if format_ok else 0.0, comps)
         if not format_ok:
@@ -164,7 +170,7 @@ class RewardRecipe:
         score = comps["correct"] if task.reward in ("math", "exact", "judge") else comps["f1"]
         if score > 0 and self.multi_tool_bonus and both_tools:
             score += self.multi_tool_bonus
-        return RewardResult(float(score), comps)
+        return RewardResult(float(score) - cost, comps)
 
     def __call__(
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
@@ -185,7 +191,7 @@ RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]
 
 
 def make_reward(spec: str | RewardFn | RewardRecipe, **kwargs: Any) -> RewardFn:
-    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`)
+    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`, `tool_cost`)
     or a callable with the signature `(task, response, format_ok, tool_calls) -> RewardResult`.
 
     `judge` is an `LLMJudge` or a dict of its arguments; when absent and AGENT_ENVS_JUDGE_URL is

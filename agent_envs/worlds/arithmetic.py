@@ -16,6 +16,20 @@ Difficulty levels (each task draws one family of its level, uniformly):
 | 1 (default) | `mul`, `add`, `sub`, `mod` | What is 48213 * 917? |
 | 2 | `mul_add`, `mul_mod`, `pow_mod` | What is 5821^317 mod 9973? |
 | 3 | `linear_system`, `mod_inverse` | Solve 3x + 5y = 31 and 2x - y = 3. What is x? |
+
+A difficulty mix and an imperfect teacher (all off by default) give RL a strategy to learn:
+
+* `easy_fraction`: this share of tasks adds, subtracts or multiplies two one-digit numbers
+  (metadata `needs_tool` False); their intended trace answers at once, without the tool.
+* `teacher_shortcut`: this share of the tasks that need the tool get a trace that skips it and
+  guesses a wrong answer of the right size (metadata `teacher` "shortcut", `trace_correct` False).
+* `teacher_needless_tool`: this share of easy tasks get a trace that calls python anyway
+  (`teacher` "needless_tool": correct, but a wasted call).
+
+    >>> w = ArithmeticWorld(ArithmeticConfig(seed=0, easy_fraction=0.5, teacher_shortcut=1.0))
+    >>> hard = next(t for t in (w[i] for i in range(20)) if t.metadata["needs_tool"])
+    >>> hard.metadata["teacher"], hard.metadata["trace_correct"], hard.metadata["tool_calls"]
+    ('shortcut', False, 0)
 """
 
 from __future__ import annotations
@@ -73,6 +87,9 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 
 PLAN = "<think> I will compute it with python. </think> "
+# The teacher says the same when it answers from the question, right (easy task) or not (shortcut).
+MENTAL = "<think> I can do this in my head. </think> "
+EASY_FAMILIES = ("add", "sub", "mul")
 
 
 @dataclass
@@ -82,11 +99,15 @@ class ArithmeticConfig(WorldConfig):
     difficulty: int = 1  # 1: one operation; 2: two operations, modular powers; 3: linear systems, inverses
     min_digits: int = 2  # operands have between min_digits and max_digits digits
     max_digits: int = 5
+    easy_fraction: float = 0.0  # share of one-digit add/sub/mul tasks, answerable without the tool
+    teacher_needless_tool: float = 0.0  # share of easy tasks whose trace calls python anyway
 
     max_difficulty: ClassVar[int] = 3
 
     def validate(self) -> None:
         super().validate()
+        self._require_share("easy_fraction")
+        self._require_share("teacher_needless_tool")
         self._require("min_digits", 1 <= self.min_digits <= 12, "must be in [1, 12]")
         self._require("max_digits", self.min_digits <= self.max_digits <= 12, "must be in [min_digits, 12]")
 
@@ -110,21 +131,40 @@ class ArithmeticWorld(World):
         return rng.randint(max(2, 10 ** (digits - 1)), 10**digits - 1)
 
     def _make_task(self, rng: Random, index: int) -> Task:
-        family = rng.choice(FAMILIES[self.config.difficulty])
+        # draws only when the mix is on, so the default world's tasks stay as they were
+        easy = self.config.easy_fraction > 0 and rng.random() < self.config.easy_fraction
+        family = rng.choice(EASY_FAMILIES if easy else FAMILIES[self.config.difficulty])
         template = rng.randrange(3)
-        fields, code, value = getattr(self, f"_{family}")(rng)
+        fields, code, value = self._easy(rng, family) if easy else getattr(self, f"_{family}")(rng)
         question = TEMPLATES[family][template].format(**fields)
+        answer = f"<think> The result is {value}. </think> <answer> \\boxed{{{value}}} </answer>"
+        tool_trace = [f"{PLAN}<python>{code}</python>", answer]
+        if easy:
+            needless = self.config.teacher_needless_tool > 0 and rng.random() < self.config.teacher_needless_tool
+            teacher = "needless_tool" if needless else "intended"
+            trace = tool_trace if needless else [f"{MENTAL}<answer> \\boxed{{{value}}} </answer>"]
+        elif self.takes_shortcut(rng):
+            teacher, trace = "shortcut", [f"{MENTAL}<answer> \\boxed{{{_guess(rng, value)}}} </answer>"]
+        else:
+            teacher, trace = "intended", tool_trace
         return Task(
             id=self.task_id(index),
             question=question,
             answers=[str(value)],
             reward="math",
-            metadata=self.metadata(index, family=family, template=template, hops=1, tool_calls=1),
-            gold_trace=[
-                f"{PLAN}<python>{code}</python>",
-                f"<think> The result is {value}. </think> <answer> \\boxed{{{value}}} </answer>",
-            ],
+            metadata=self.metadata(
+                index, teacher, family=family, template=template, hops=1, tool_calls=len(trace) - 1,
+                needs_tool=not easy,
+            ),
+            gold_trace=trace,
         )
+
+    def _easy(self, rng: Random, family: str) -> tuple[dict, str, int]:
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+        if family == "sub":
+            a, b = max(a, b), min(a, b)
+        symbol, value = {"add": ("+", a + b), "sub": ("-", a - b), "mul": ("*", a * b)}[family]
+        return {"a": a, "b": b}, f"print({a} {symbol} {b})", value
 
     # Each family returns (template fields, python code, answer).
 
@@ -183,6 +223,17 @@ class ArithmeticWorld(World):
             a = rng.randint(2, max(2, m - 1))
             if m > 2 and gcd(a, m) == 1:
                 return {"a": a, "m": m}, f"print(pow({a}, -1, {m}))", pow(a, -1, m)
+
+
+def _guess(rng: Random, value: int) -> int:
+    """A wrong answer that looks right: same sign and length, same leading digit, other digits random."""
+    digits = str(abs(value))
+    while True:
+        tail = "".join(str(rng.randrange(10)) for _ in digits[1:])
+        guess = int(digits[0] + tail) if len(digits) > 1 else rng.randrange(10)
+        guess = -guess if value < 0 else guess
+        if guess != value:
+            return guess
 
 
 def _equation(a: int, b: int, c: int) -> str:

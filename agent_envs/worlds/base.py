@@ -8,6 +8,14 @@ gives the same task, and any index can be generated without the ones before it.
     >>> w = make_world("arithmetic", seed=0)
     >>> w[3] == make_world("arithmetic", seed=0)[3]
     True
+
+Gold traces come from a scripted *teacher*. By default it is perfect: every trace solves its task
+the intended way. Real cold-start data comes from imperfect teachers, and fixing their strategy
+is what RL is for, so `teacher_shortcut` makes a share of traces take the world's shortcut
+(answer without the tool, or stop after one hop) and guess a wrong answer. Each task's metadata
+says what its trace does: `teacher` is `"intended"`, `"shortcut"` or `"needless_tool"` (a tool
+call the task did not need), and `trace_correct` is False exactly when replaying the trace does
+not earn the reward.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ class WorldConfig:
     seed: int = 0  # the world (entities, pages) and every task derive from it
     difficulty: int = 1  # meaning is per world; see each world's config
     size: int = 100_000  # len(world): how many task indices are valid
+    # Teacher policy of the gold traces (see `World.teacher_metadata`): the share of traces that
+    # take the world's shortcut (skip the tool, or stop after one hop) and guess a wrong answer.
+    teacher_shortcut: float = 0.0
 
     max_difficulty: ClassVar[int] = 1
 
@@ -45,10 +56,16 @@ class WorldConfig:
             raise ValueError(f"{name}.seed must be >= 0, got {self.seed}")
         if not 1 <= self.size <= SEED_STRIDE:
             raise ValueError(f"{name}.size must be in [1, {SEED_STRIDE}], got {self.size}")
+        self._require_share("teacher_shortcut")
         if not 1 <= self.difficulty <= self.max_difficulty:
             raise ValueError(
                 f"{name}.difficulty must be in [1, {self.max_difficulty}], got {self.difficulty}"
             )
+
+    def _require_share(self, field_name: str) -> None:
+        value = getattr(self, field_name)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+        self._require(field_name, ok, "must be a share in [0, 1]")
 
     def _require(self, field_name: str, ok: bool, rule: str) -> None:
         if not ok:
@@ -90,15 +107,23 @@ class World(ABC):
     def task_id(self, index: int) -> str:
         return f"{self.name}-s{self.config.seed}-{index}"
 
-    def metadata(self, index: int, **extra: Any) -> dict[str, Any]:
+    def metadata(self, index: int, teacher: str = "intended", **extra: Any) -> dict[str, Any]:
         """Metadata every task of a world carries, plus world-specific fields."""
         return {
             "world": self.name,
             "seed": self.config.seed,
             "index": index,
             "difficulty": self.config.difficulty,
+            "teacher": teacher,
+            "trace_correct": teacher != "shortcut",
             **extra,
         }
+
+    def takes_shortcut(self, rng: Random) -> bool:
+        """Whether the teacher takes the shortcut on this task (draws from `rng` only when the
+        policy is on, so worlds with the default perfect teacher keep their tasks unchanged)."""
+        share = self.config.teacher_shortcut
+        return share > 0 and rng.random() < share
 
     @abstractmethod
     def _make_task(self, rng: Random, index: int) -> Task:

@@ -13,6 +13,10 @@ Lamp born?"), so answering it takes k searches, each for a name read in the prev
 
 `difficulty` is the largest number of hops (1-4); hops are drawn uniformly from
 [min_hops, difficulty]. The corpus is built once per world seed, lazily, and shared by all tasks.
+
+With `teacher_shortcut` > 0, that share of multi-hop traces stops after the first search and
+answers with the entity that hop found (a classic multi-hop mistake; `teacher` "shortcut",
+`trace_correct` False). One-hop traces have no shortcut to take.
 """
 
 from __future__ import annotations
@@ -247,7 +251,11 @@ class KnowledgeWorld(World):
             phrase = rel.noun_phrase.format(x=phrase)
         question = chain[-1].question.format(x=phrase)
         trace = [f"<think> I need to search for {path[0].name}. </think> <search> {path[0].name} </search>"]
-        for k, rel in enumerate(chain):
+        teacher = "shortcut" if hops > 1 and self.takes_shortcut(rng) else "intended"
+        if teacher == "shortcut":  # path entities are distinct, so this answer is wrong
+            fact = chain[0].sentence.format(s=path[0].name, o=path[1].name)
+            trace.append(f"<think> {fact} </think> <answer> \\boxed{{{path[1].name}}} </answer>")
+        for k, rel in enumerate(chain if teacher == "intended" else ()):
             fact = rel.sentence.format(s=path[k].name, o=path[k + 1].name)
             if k + 1 < len(chain):
                 trace.append(f"<think> {fact} </think> <search> {path[k + 1].name} </search>")
@@ -261,8 +269,9 @@ class KnowledgeWorld(World):
             gold_trace=trace,
             metadata=self.metadata(
                 index,
+                teacher,
                 hops=hops,
-                tool_calls=hops,
+                tool_calls=len(trace) - 1,
                 relations=[r.name for r in chain],
                 path=[e.name for e in path],
             ),

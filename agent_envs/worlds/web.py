@@ -19,6 +19,8 @@ at depth d takes one search and d visits along links:
     (True, True)
 
 `difficulty` is the largest depth (1-4); depths are drawn uniformly from [min_depth, difficulty].
+With `teacher_shortcut` > 0, that share of traces for depth > 1 stops at the home page and answers
+with what it read there (`teacher` "shortcut", `trace_correct` False); `path` stays the full path.
 """
 
 from __future__ import annotations
@@ -260,8 +262,19 @@ class WebWorld(World):
                 )
                 question, answer = f"In which province is {where} held?", ev["town"]["province"]
                 final = f"{ev['town']['name']} is in the province of {answer}."
+        path = [arg for _, tool, arg in steps if tool == "browse"]
+        teacher = "shortcut" if depth > 1 and self.takes_shortcut(rng) else "intended"
+        if teacher == "shortcut":
+            # stops at the home page and answers with what it read there; when the town happens to
+            # be the answer, the founding year (never an answer at depth > 1) is said instead
+            town, year = org["town"]["name"], str(org["year"])
+            said = town if town != answer else year
+            final = f"The {name} is based in {town}." if said == town else f"The {name} was founded in {year}."
+            steps = steps[:2]
+        else:
+            said = answer
         trace = [f"<think> {thought} </think> <{tool}> {arg} </{tool}>" for thought, tool, arg in steps]
-        trace.append(f"<think> {final} </think> <answer> \\boxed{{{answer}}} </answer>")
+        trace.append(f"<think> {final} </think> <answer> \\boxed{{{said}}} </answer>")
         return Task(
             id=self.task_id(index),
             question=question,
@@ -270,10 +283,11 @@ class WebWorld(World):
             gold_trace=trace,
             metadata=self.metadata(
                 index,
+                teacher,
                 depth=depth,
                 hops=depth,
                 tool_calls=len(steps),
-                path=[arg for _, tool, arg in steps if tool == "browse"],
+                path=path,
             ),
         )
 

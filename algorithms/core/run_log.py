@@ -165,8 +165,34 @@ class RunLogger:
         return plot_curves(self.run_dir) if plot else None
 
 
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` values (shorter at the start), one per input value."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def smoothing_window(n_points: int) -> int:
+    """About a tenth of the run, so 200 noisy RL steps read as a trend (1 for short runs)."""
+    return max(1, n_points // 10)
+
+
+def plot_line(ax: Any, steps: Sequence[float], values: Sequence[float], **style: Any) -> None:
+    """The raw values faint, their moving average solid (per-step RL metrics are very noisy)."""
+    window = smoothing_window(len(values))
+    if window == 1:
+        ax.plot(steps, values, **style)
+        return
+    (line,) = ax.plot(steps, moving_average(values, window), **style)
+    ax.plot(steps, values, color=line.get_color(), alpha=0.25, linewidth=0.8)
+
+
 def plot_curves(run_dir: str | os.PathLike, keys: Sequence[str] = PLOT_KEYS) -> Path | None:
-    """One panel per metric over steps, saved as `curves.png` in the run directory."""
+    """One panel per metric over steps (raw faint, moving average solid), saved as `curves.png`."""
     rows = read_metrics(run_dir)
     present = [k for k in keys if any(isinstance(r.get(k), int | float) for r in rows)]
     if not present:
@@ -181,8 +207,9 @@ def plot_curves(run_dir: str | os.PathLike, keys: Sequence[str] = PLOT_KEYS) -> 
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
     for ax, key in zip(axes.flat, present, strict=False):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts])
-        ax.set_title(key)
+        window = smoothing_window(len(pts))
+        plot_line(ax, [p[0] for p in pts], [p[1] for p in pts])
+        ax.set_title(key if window == 1 else f"{key} (mean of {window})")
         ax.set_xlabel("step")
     for ax in list(axes.flat)[len(present) :]:
         ax.axis("off")
@@ -193,4 +220,13 @@ def plot_curves(run_dir: str | os.PathLike, keys: Sequence[str] = PLOT_KEYS) -> 
     return out
 
 
-__all__ = ["CONFIG_FILE", "METRICS_FILE", "RunLogger", "plot_curves", "read_metrics"]
+__all__ = [
+    "CONFIG_FILE",
+    "METRICS_FILE",
+    "RunLogger",
+    "moving_average",
+    "plot_curves",
+    "plot_line",
+    "read_metrics",
+    "smoothing_window",
+]

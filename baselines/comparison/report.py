@@ -36,12 +36,13 @@ RUN_METRICS: tuple[tuple[str, str, Callable[[Mapping], float | None]], ...] = (
 PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls")
 
 
-def markdown_table(rows: Sequence[Mapping], label: str = "run") -> str:
-    """One row per run; `rows` hold a `label` key plus the metric names in COLUMNS."""
-    head = f"| {label} | " + " | ".join(title for _, title in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+def markdown_table(rows: Sequence[Mapping], label: str = "run",
+                   columns: Sequence[tuple[str, str]] = COLUMNS) -> str:
+    """One row per run; `rows` hold a `label` key plus the metric names of `columns` (key, title)."""
+    head = f"| {label} | " + " | ".join(title for _, title in columns) + " |"
+    lines = [head, "|" + "---|" * (len(columns) + 1)]
     for r in rows:
-        cells = [f"{r[key]:.3f}" if isinstance(r.get(key), float) else str(r.get(key, "")) for key, _ in COLUMNS]
+        cells = [f"{r[key]:.3f}" if isinstance(r.get(key), float) else str(r.get(key, "")) for key, _ in columns]
         lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -63,18 +64,6 @@ def format_p(p: float) -> str:
         return "–"
     return f"{p:.2g}" if p >= 1e-4 else "<1e-4"
 
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over the last `window` values (fewer at the start)."""
-    if window < 1:
-        raise ValueError(f"moving_average: window must be >= 1, got {window}")
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def summarize_runs(manifest: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -250,6 +239,8 @@ def smoothed_curves_plot(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: s
     """`runs`: algorithm -> its runs' per-step rows. Each run's raw `key` is drawn faintly; the
     mean over an algorithm's runs, smoothed by a trailing moving average (`window`; default a
     tenth of the steps), boldly. None when no run has `key`."""
+    from algorithms.core.run_log import moving_average, smoothing_window
+
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
@@ -265,7 +256,7 @@ def smoothed_curves_plot(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: s
         if by_step:
             steps = sorted(by_step)
             avg = [mean(by_step[s]) for s in steps]
-            w = window or max(1, len(steps) // 10)
+            w = window or smoothing_window(len(steps))
             ax.plot(steps, moving_average(avg, w), color=color, linewidth=2,
                     label=f"{algo} (mean of {len(curves)}, moving average over {w})")
             drawn = True
@@ -293,5 +284,45 @@ def bar_plot(labels: Sequence[str], values: Sequence[float], path: str | Path, t
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def quickstart_plot(rows: Sequence[Mapping], rl_metrics: Sequence[Mapping], path: str | Path, title: str) -> Path:
+    """Three panels: accuracy of each evaluation row, tool calls per task on hard and easy tasks,
+    and the RL reward per step (moving average over the faint raw values)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from algorithms.core.run_log import plot_line, smoothing_window
+
+    labels = [r["label"].replace(" (", "\n(").replace(", ", ",\n", 1) for r in rows]
+    x = range(len(rows))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    bars = axes[0].bar(x, [float(r["pass@1"]) for r in rows], color="#4C72B0")
+    axes[0].bar_label(bars, fmt="%.2f")
+    axes[0].set_ylim(0, 1.05)
+    axes[0].set_title("accuracy on held-out tasks")
+    width = 0.4
+    for offset, kind, color in ((-width / 2, "hard", "#C44E52"), (width / 2, "easy", "#55A868")):
+        values = [float(r.get(f"{kind}_tool_calls", 0.0)) for r in rows]
+        b = axes[1].bar([i + offset for i in x], values, width, color=color, label=f"{kind} tasks")
+        axes[1].bar_label(b, fmt="%.2f", fontsize=7)
+    axes[1].set_ylim(0, 1.15)
+    axes[1].set_title("tool calls per task")
+    axes[1].legend(fontsize=8)
+    for ax in axes[:2]:
+        ax.set_xticks(list(x), labels, fontsize=7)
+    pts = [(m["step"], m["reward_mean"]) for m in rl_metrics if isinstance(m.get("reward_mean"), int | float)]
+    if pts:
+        steps, values = zip(*pts, strict=True)
+        plot_line(axes[2], steps, values, color="#4C72B0")
+        axes[2].set_title(f"RL reward per step (moving mean of {smoothing_window(len(pts))})")
+        axes[2].set_xlabel("RL step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)

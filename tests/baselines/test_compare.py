@@ -11,7 +11,7 @@ import pytest
 
 from agent_envs.cli import main
 from baselines.comparison.compare import plan_parallelism
-from baselines.comparison.report import PAIRED, format_ci, format_value, moving_average
+from baselines.comparison.report import PAIRED, format_ci, format_value
 from baselines.comparison.stats import mean_ci, paired_t_test, regularized_beta, t_cdf, t_quantile
 
 # two-sided 95% critical values of Student's t (any printed t table)
@@ -67,9 +67,7 @@ def test_paired_t_test_by_hand():
         paired_t_test([1.0], [1.0, 2.0])
 
 
-def test_moving_average_and_formatting():
-    assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
-    assert moving_average([2.0, 4.0], 5) == [2.0, 3.0]
+def test_formatting():
     assert format_ci(0.5, 0.25, 0.75) == "0.500 [0.250, 0.750]" and format_ci(0.5, math.nan, math.nan) == "0.500"
     assert format_value(None) == "–" and format_value(1234.4) == "1234"
 

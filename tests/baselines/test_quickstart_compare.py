@@ -4,18 +4,32 @@ plumbing is checked here; the learning itself is checked by the SFT and learner 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from agent_envs.cli import main
+from algorithms.base.config import build_config
+from algorithms.cli import learner_class
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_quickstart_smoke(tmp_path):
     out = tmp_path / "qs"
     assert main(["quickstart", "--out", str(out), "--sft-steps", "8", "--rl-steps", "1", "--eval-tasks", "4"]) == 0
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    assert [r["label"] for r in rows][:2] == ["base (greedy)", "SFT (greedy)"] and len(rows) == 5
+    results = json.loads((out / "results.json").read_text())
+    rows = results["rows"]
+    assert [r["label"].split(" (")[0] for r in rows] == ["SFT", "SFT", "GRPO", "GRPO"]
     assert all(r["tasks"] == 4.0 for r in rows)
+    # "sampled" is the RL run's own sampling setup, read from its preset
+    cfg = build_config(learner_class("grpo").config_class, REPO / "configs" / "grpo_tiny.yaml")
+    preset = {k: getattr(cfg, k) for k in ("temperature", "top_p", "top_k")}
+    assert results["sampling"] == preset
+    sampled = json.loads((out / "eval" / "sft" / "sampled" / "summary.json").read_text())["sampling"]
+    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (
+        preset["temperature"], preset["top_p"], preset["top_k"])
+    assert all("hard_tool_rate" in r for r in rows)  # the world mixes easy and hard tasks
     assert (out / "results.png").stat().st_size > 0 and "| model |" in (out / "results.md").read_text()
     assert (out / "grpo" / "final_model" / "config.json").is_file()

@@ -47,6 +47,17 @@ def test_standard_recipe_per_task_kind() -> None:
     assert score(make_reward("f1"), MATH, resp("\\frac{1}{2}")).score == 1.0
 
 
+def test_tool_cost_is_paid_per_call_by_well_formed_responses_only() -> None:
+    calls = "<python>1</python><result>1</result>"
+    for name in ("standard", "binary"):
+        costly = make_reward(name, tool_cost=0.05)
+        assert score(costly, MATH, resp("0.5")).score == 1.0  # no call, no cost
+        assert score(costly, MATH, resp("0.5", calls * 2), {"python": 2}).score == pytest.approx(0.9)
+        assert score(costly, MATH, resp("7", calls), {"python": 1}).score == pytest.approx(-0.05)
+        assert score(costly, MATH, "no tags", {"python": 1}).score == (-1.0 if name == "standard" else 0.0)
+    assert score(make_reward("standard"), MATH, resp("0.5", calls), {"python": 1}).score == 1.0  # off by default
+
+
 def test_components_always_present() -> None:
     r = score(make_reward("standard"), MATH, resp("0.5"))
     for key in ("pred", "em", "f1", "acc", "math_equal", "gold", "math_method", "format_ok", "correct"):
