@@ -39,7 +39,7 @@ class WorldConfig:
     seed: int = 0  # the world (entities, pages) and every task derive from it
     difficulty: int = 1  # meaning is per world; see each world's config
     size: int = 100_000  # len(world): how many task indices are valid
-    # Teacher policy of the gold traces (see `World.teacher_metadata`): the share of traces that
+    # Teacher policy of the gold traces (see `World.takes_shortcut`): the share of traces that
     # take the world's shortcut (skip the tool, or stop after one hop) and guess a wrong answer.
     teacher_shortcut: float = 0.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -10,6 +11,10 @@ REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PROMPT = (
     "Solve the task. Compute with <python> code </python>, then answer with <answer> \\boxed{} </answer>."
 )
+# The env the session's SFT model (conftest.sft_run) learned: the perfect teacher, this system
+# prompt, the standard reward. The tiny presets hold the quickstart's imperfect-teacher task, so
+# runs of a preset from that model pass this override to play the env it knows.
+SFT_ENV_OVERRIDE = "env_kwargs=" + json.dumps({"system_prompt": SYSTEM_PROMPT})
 
 
 def cli_env() -> dict[str, str]:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from learner_support import cli_env
+from learner_support import SFT_ENV_OVERRIDE, cli_env
 from safetensors.torch import load_file
 
 ARGS = [
     "total_steps=2", "prompts_per_step=4", "group_size=4", "max_response_tokens=64", "temperature=0.6",
     "micro_batch_size=3", "mini_batch_prompts=2", "ppo_epochs=2", "lr=3e-4", "progress=false",
-    "tensorboard=false", "save_every=0", "eval_every=2", "eval_episodes=6",
+    "tensorboard=false", "save_every=0", "eval_every=2", "eval_episodes=6", SFT_ENV_OVERRIDE,
 ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
 
 P_MAX = 0.01
-HELD_OUT = 48  # tasks at the end of the env's index range (RL never draws them)
+HELD_OUT = 48  # tasks at the end of the env's index range (RL draws among 100,000: rarely these)
 SAMPLES = 4  # per task, at the run's temperature
 STEPS = 40  # about a minute of RL on one idle core
 
@@ -50,14 +50,16 @@ def test_permutation_test_separates_a_rise_from_noise():
 def rl_config(config_cls, preset: str, model: str, out, *extra: str):
     """The preset's learner on the quickstart task (grpo_tiny.yaml's env, temperature and lr)."""
     grpo = build_config(LearnerConfig, REPO / "configs" / "grpo_tiny.yaml", [])
-    return build_config(config_cls, REPO / "configs" / preset, [
+    cfg = build_config(config_cls, REPO / "configs" / preset, [
         f"model={model}", f"output_dir={out}", f"total_steps={STEPS}", "save_every=0", "progress=false",
         "tensorboard=false", "eval_every=0", "threads=1", f"temperature={grpo.temperature}", f"lr={grpo.lr}",
         f"max_response_tokens={grpo.max_response_tokens}", *extra,
-    ]), grpo.env_kwargs
+    ])  # fmt: skip
+    cfg.env_kwargs = grpo.env_kwargs
+    return cfg
 
 
-def held_out_correct(model: str, cfg, env_kwargs: dict, out) -> np.ndarray:
+def held_out_correct(model: str, cfg, out) -> np.ndarray:
     """Mean correctness per held-out task over SAMPLES samples at the run's sampling setup."""
     import json
 
@@ -65,11 +67,11 @@ def held_out_correct(model: str, cfg, env_kwargs: dict, out) -> np.ndarray:
 
     from baselines.evaluation.evaluate import EvalConfig, evaluate
 
-    total = len(gym.make(cfg.env, **env_kwargs).unwrapped.tasks)
+    total = len(gym.make(cfg.env, **cfg.env_kwargs).unwrapped.tasks)
     evaluate(EvalConfig(env=cfg.env, model=model, engine="hf", n=SAMPLES, limit=HELD_OUT,
                         first_task=total - HELD_OUT, temperature=cfg.temperature, top_p=cfg.top_p,
                         top_k=cfg.top_k, max_response_tokens=cfg.max_response_tokens,
-                        env_kwargs=env_kwargs, out=str(out)))  # fmt: skip
+                        env_kwargs=cfg.env_kwargs, out=str(out)))  # fmt: skip
     per_task: dict[str, list[float]] = {}
     for line in (out / "samples.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -91,20 +93,19 @@ def teacher_sft(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def before(teacher_sft, tmp_path_factory) -> np.ndarray:
-    cfg, env_kwargs = rl_config(LearnerConfig, "grpo_tiny.yaml", teacher_sft, tmp_path_factory.mktemp("unused"))
-    return held_out_correct(teacher_sft, cfg, env_kwargs, tmp_path_factory.mktemp("eval_sft"))
+    cfg = rl_config(LearnerConfig, "grpo_tiny.yaml", teacher_sft, tmp_path_factory.mktemp("unused"))
+    return held_out_correct(teacher_sft, cfg, tmp_path_factory.mktemp("eval_sft"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cls, config_cls, preset", [
     (Learner, LearnerConfig, "grpo_tiny.yaml"), (ARPOLearner, ARPOConfig, "arpo_tiny.yaml")])
 def test_held_out_reward_rises_within_a_minute(teacher_sft, before, tmp_path, cls, config_cls, preset):
-    cfg, env_kwargs = rl_config(config_cls, preset, teacher_sft, tmp_path / "run")
-    cfg.env_kwargs = env_kwargs
+    cfg = rl_config(config_cls, preset, teacher_sft, tmp_path / "run")
     start = time.perf_counter()
     cls(cfg).train()
     wall = time.perf_counter() - start
-    after = held_out_correct(str(tmp_path / "run" / "final_model"), cfg, env_kwargs, tmp_path / "eval")
+    after = held_out_correct(str(tmp_path / "run" / "final_model"), cfg, tmp_path / "eval")
     p = rise_p_value(before, after)
     print(f"\n{preset}: {before.mean():.3f} -> {after.mean():.3f} in {STEPS} steps ({wall:.0f} s), p = {p:.5f}")
     assert p < P_MAX, (

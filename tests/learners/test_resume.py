@@ -9,12 +9,12 @@ import subprocess
 import time
 
 import pytest
-from learner_support import cli, cli_env
+from learner_support import SFT_ENV_OVERRIDE, cli, cli_env
 from safetensors.torch import load_file
 
 ARGS = [
     "total_steps=4", "save_every=2", "prompts_per_step=2", "group_size=4", "max_response_tokens=64",
-    "temperature=0.6", "lr=3e-4", "progress=false", "tensorboard=false",
+    "temperature=0.6", "lr=3e-4", "progress=false", "tensorboard=false", SFT_ENV_OVERRIDE,
 ]  # fmt: skip
 KEYS = ("reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm", "response_length_mean")
 
