@@ -107,17 +107,35 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "sampling": {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k},
         "budget": {"trajectories_per_step": per_step, "steps": cfg.total_steps,
                    "trajectories": per_step * cfg.total_steps,
-                   "trained_trajectories": sum(float(m.get("num_trajectories", 0)) for m in metrics)},
+                   "trained_trajectories": sum(float(m.get("num_trajectories", 0)) for m in metrics),
+                   "generated_trajectories": generated_trajectories(metrics, cfg.group_size)},
         "eval": {"tasks": limit, "first_task": n_tasks - limit, "samples_per_task": spec.eval_samples},
         "greedy": greedy["metrics"],
         "sampled": s,
         # all response tokens over all samples / samples solved (None when nothing was solved)
         "tokens_per_solved": s["response_tokens"] / s["pass@1"] if s.get("pass@1") else None,
+        "rollout_tool_calls": rollout_tool_calls(metrics),
         "train_s": train_s, "eval_s": eval_s, "threads": spec.threads,
         "curve": [{"step": m["step"], **{k: m[k] for k in CURVE_KEYS if k in m}} for m in metrics if "step" in m],
     }
     (run_dir / RUN_RESULT).write_text(json.dumps(result, indent=1))
     return result
+
+
+def generated_trajectories(metrics: list[dict[str, Any]], group_size: int) -> float:
+    """Every trajectory sampled over a run, kept or not: DAPO's dynamic sampling generates rounds
+    of groups and trains on the ones with reward variance, so it samples more than it trains on."""
+    return sum(float(m["generated_groups"]) * group_size if "generated_groups" in m
+               else float(m.get("num_trajectories", 0)) for m in metrics)
+
+
+def rollout_tool_calls(metrics: list[dict[str, Any]]) -> float | None:
+    """Tool calls executed per trajectory during training, averaged over steps: a tree rollout runs
+    a call once for every branch that shares it (`rollout/tool_calls_per_traj`), flat sampling once
+    per trajectory. This is the cost the ARPO paper halves."""
+    per_step = [float(m.get("rollout/tool_calls_per_traj", m.get("tool_calls_mean", 0.0)))
+                for m in metrics if "num_trajectories" in m]
+    return sum(per_step) / len(per_step) if per_step else None
 
 
 def _worker_start(threads: int) -> None:

@@ -28,12 +28,14 @@ COLUMNS = (("pass@1", "pass@1"), ("f1", "F1"), ("format_ok", "format ok"), ("too
 RUN_METRICS: tuple[tuple[str, str, Callable[[Mapping], float | None]], ...] = (
     ("sampled_pass@1", "pass@1 at training sampling", lambda r: r["sampled"]["pass@1"]),
     ("greedy_pass@1", "pass@1 greedy", lambda r: r["greedy"]["pass@1"]),
+    ("generated", "trajectories generated", lambda r: r["budget"].get("generated_trajectories")),
     ("tool_calls", "tool calls / trajectory", lambda r: r["sampled"]["tool_calls"]),
+    ("rollout_tool_calls", "tool calls run / training trajectory", lambda r: r.get("rollout_tool_calls")),
     ("tokens_per_solved", "tokens / solved task", lambda r: r["tokens_per_solved"]),
     ("train_s", "train wall s", lambda r: r["train_s"]),
 )
 # the metrics tested against the first algorithm, paired by seed
-PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls")
+PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls", "rollout_tool_calls")
 
 
 def markdown_table(rows: Sequence[Mapping], label: str = "run",
@@ -119,8 +121,9 @@ def markdown_report(summary: Mapping[str, Any]) -> str:
         f"Preset: `{man['config']}`; overrides: `{' '.join(man['overrides']) or '(none)'}`.",
         f"Evaluation: the env's last {man['eval_tasks']} tasks, greedily and with {man['eval_samples']} "
         "samples per task at each run's own training sampling setup (temperature, top_p, top_k).",
-        "Cells: mean over seeds [95% Student-t confidence interval]. Sample budget: trajectories per "
-        "RL step x steps (the same for every algorithm when the presets agree).", "",
+        "Cells: mean over seeds [95% Student-t confidence interval]. Sample budget: trajectories trained "
+        "on per RL step x steps (the same for every algorithm when the presets agree); trajectories "
+        "generated also counts what was sampled and dropped (DAPO's dynamic sampling).", "",
         "## Per algorithm", "",
         "| algorithm | seeds | sample budget | sampling (T / top_p / top_k) | "
         + " | ".join(titles.values()) + " |",
