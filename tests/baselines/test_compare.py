@@ -96,7 +96,10 @@ def test_compare_two_algorithms_two_seeds(tmp_path):
         assert (out / f"{algo}-{seed}" / "log.txt").stat().st_size > 0  # parallel runs log to their folder
         assert [c["step"] for c in r["curve"]] == [1, 2] and "env_reward_mean" in r["curve"][0]
         assert r["budget"] == {"trajectories_per_step": 16, "steps": 2, "trajectories": 32,
-                               "trained_trajectories": 32.0}  # fmt: skip
+                               "trained_trajectories": 32.0, "generated_trajectories": 32.0}  # fmt: skip
+        metrics = [json.loads(line) for line in (out / f"{algo}-{seed}" / "metrics.jsonl").read_text().splitlines()]
+        executed = [m.get("rollout/tool_calls_per_traj", m["tool_calls_mean"]) for m in metrics if "step" in m]
+        assert r["rollout_tool_calls"] == pytest.approx(sum(executed) / len(executed))
         # evaluated at the preset's own training sampling setup, not at a fixed T = 1
         assert r["sampling"] == {"temperature": 0.7, "top_p": 1.0, "top_k": -1}
         summary = json.loads((out / f"{algo}-{seed}" / "eval_sampled" / "summary.json").read_text())
@@ -109,8 +112,10 @@ def test_compare_two_algorithms_two_seeds(tmp_path):
         r = runs[(row["algo"], row["seed"])]
         assert row["train_s"] == r["train_s"] and row["tool_calls"] == r["sampled"]["tool_calls"]
         assert row["sampled_pass@1"] == r["sampled"]["pass@1"] and row["greedy_pass@1"] == r["greedy"]["pass@1"]
-        cells = [format_value(row[k]) for k in ("sampled_pass@1", "greedy_pass@1", "tool_calls", "tokens_per_solved",
-                                                 "train_s")]
+        assert row["generated"] == r["budget"]["generated_trajectories"]
+        assert row["rollout_tool_calls"] == r["rollout_tool_calls"]
+        cells = [format_value(row[k]) for k in ("sampled_pass@1", "greedy_pass@1", "generated", "tool_calls",
+                                                 "rollout_tool_calls", "tokens_per_solved", "train_s")]
         assert f"| {row['algo']} | {row['seed']} | 32 | " + " | ".join(cells) + " |" in text
     for entry in summary["per_algo"]:
         vals = [runs[(entry["algo"], s)]["train_s"] for s in (0, 1)]
