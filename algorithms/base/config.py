@@ -276,7 +276,14 @@ def build_config(
         data = {k: v for k, v in load_preset(path).items() if k not in ignore}
         cfg = _build(cls, cfg, data, str(path))
     for item in overrides:
-        cfg = _build(cls, cfg, _override_mapping(cls, item), f"override {item!r}")
+        mapping = _override_mapping(cls, item)
+        key = item.split("=", 1)[0]
+        tp = _hints(cls).get(key)
+        if isinstance(mapping.get(key), Mapping) and (tp is dict or typing.get_origin(tp) is dict):
+            # a whole mapping on the command line replaces the preset's (`env_kwargs={}` clears
+            # it); a dotted key (`env_kwargs.world.difficulty=2`) reaches in and merges
+            cfg = dataclasses.replace(cfg, **{key: {}})
+        cfg = _build(cls, cfg, mapping, f"override {item!r}")
     validate = getattr(cfg, "validate", None)
     if validate is not None:
         validate()

@@ -132,3 +132,12 @@ def test_cli_help_lists_every_key_with_type_default_and_help():
     assert "  entropy_adv_norm_scope (minibatch|microbatch|group, default minibatch)" in out
     for key, *_ in describe_config(AEPOConfig):
         assert f"\n  {key} (" in out, key
+
+
+def test_a_whole_mapping_override_replaces_and_a_dotted_one_merges():
+    preset = CONFIGS / "grpo_tiny.yaml"
+    merged = build_config(LearnerConfig, preset, ["env_kwargs.max_tool_calls=2"])
+    assert merged.env_kwargs["max_tool_calls"] == 2 and merged.env_kwargs["reward"] == "binary"
+    replaced = build_config(LearnerConfig, preset, ['env_kwargs={"system_prompt": "hi"}'])
+    assert replaced.env_kwargs == {"system_prompt": "hi"}
+    assert build_config(LearnerConfig, preset, ["env_kwargs={}"]).env_kwargs == {}
