@@ -334,6 +334,8 @@ async def run_episodes(
     max_response_tokens: int | None = None,
     seed: int | None = 0,
     progress: bool = False,
+    batch_wait_s: float = 0.02,
+    batch_max_wait_s: float = 0.25,
 ) -> list[Trajectory]:
     """Run `group_size` episodes per prompt and return their trajectories (prompt-major order).
 
@@ -346,6 +348,8 @@ async def run_episodes(
         max_response_tokens: the per-episode budget of response tokens (generated + tool
             results); defaults to `params.max_tokens`.
         seed: prompt i resets with `seed + i` (None: unseeded).
+        batch_wait_s, batch_max_wait_s: how env steps landing in a stream are gathered into one
+            engine call (see `run_paths`).
     """
     if group_size < 1:
         raise ValueError(f"run_episodes: group_size={group_size} must be >= 1")
@@ -392,7 +396,8 @@ async def run_episodes(
             bar.advance(job)
 
     try:
-        await run_paths(engine, paths, params, budget, on_finish=finish)
+        await run_paths(engine, paths, params, budget, batch_wait_s=batch_wait_s,
+                        batch_max_wait_s=batch_max_wait_s, on_finish=finish)
     finally:
         if bar is not None:
             bar.stop()

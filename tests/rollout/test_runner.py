@@ -76,7 +76,7 @@ def _check_no_drift(trajs: list[Trajectory], rec: RecordingEngine, budget: int) 
     return multi_turn
 
 
-async def _run(engine, budget=256, group_size=4, n_prompts=4, tool=None, params=None):
+async def _run(engine, budget=256, group_size=4, n_prompts=4, tool=None, params=None, **gather):
     rec = RecordingEngine(engine)
     tool = tool or CalcTool()
     envs = []
@@ -88,7 +88,7 @@ async def _run(engine, budget=256, group_size=4, n_prompts=4, tool=None, params=
 
     params = params or SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=budget, seed=11)
     trajs = await run_episodes(
-        rec, factory, params, n_prompts=n_prompts, group_size=group_size, max_response_tokens=budget
+        rec, factory, params, n_prompts=n_prompts, group_size=group_size, max_response_tokens=budget, **gather
     )
     return trajs, rec, tool
 
@@ -251,7 +251,10 @@ class QueuedTool(CalcTool):
 
 async def test_tool_results_landing_in_a_stream_share_one_engine_call(hf_engine):
     tool = QueuedTool(delay_s=0.005)
-    trajs, rec, _ = await _run(hf_engine, tool=tool, params=SamplingParams(temperature=0, max_tokens=256))
+    # results land 5 ms apart; the gathering window is wide so that a loaded machine's scheduling
+    # delays do not split the stream (the default 20 ms is tuned for speed, not for such a test)
+    trajs, rec, _ = await _run(hf_engine, tool=tool, params=SamplingParams(temperature=0, max_tokens=256),
+                               batch_wait_s=0.2, batch_max_wait_s=5.0)
     first_prompts, _, first_segs = rec.calls[0]
     called = sum(seg.finish_reason == "stop" for seg in first_segs)
     assert called >= 4, "the warmed tiny model writes <python> calls for most prompts"
