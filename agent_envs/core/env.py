@@ -17,6 +17,8 @@ turn limit or the response budget; never both. Reward components are in `info`.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -50,8 +52,25 @@ def background_loop() -> asyncio.AbstractEventLoop:
         if _LOOP is None or _LOOP.is_closed():
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="agent-envs-loop", daemon=True).start()
+            if _LOOP is None:
+                atexit.register(_shut_down_background_loop)
             _LOOP = loop
         return _LOOP
+
+
+def _shut_down_background_loop() -> None:
+    """At interpreter exit, finalise the loop's async generators, then stop it.
+
+    A daemon thread is killed without unwinding, so nothing on its loop would ever close:
+    finalising the generators closes the HTTP sessions pooled on the loop (`SessionPool` parks
+    one per session for this), which otherwise end the process with "Unclosed client session".
+    """
+    loop = _LOOP
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+    with contextlib.suppress(Exception):  # a wedged loop must not hang the exit
+        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(timeout=5)
+    loop.call_soon_threadsafe(loop.stop)
 
 
 class TaskSource(TypingProtocol):
@@ -279,8 +298,20 @@ class ToolEnv(gym.Env[str, str]):
         return text
 
     async def aclose(self) -> None:
+        """Release the tools' pooled resources held on the running loop; tools reopen them if used again."""
         for tool in self.tools.values():
             await tool.aclose()
+
+    def close(self) -> None:
+        """Release what `step()` opened: the tools' sessions and workers on the background loop.
+
+        Tools may be shared with other envs of this process; they reopen what they need on their
+        next call. Sessions opened by `astep` on a caller's loop are released by `await aclose()`.
+        """
+        loop = _LOOP
+        if loop is None or loop.is_closed() or not loop.is_running():
+            return
+        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result()
 
     # -- internals --------------------------------------------------------------------------
 

@@ -17,13 +17,16 @@ your own files (question + answer or answers):
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import os
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agent_envs.base.task import Task
 from agent_envs.data.registry import BenchmarkSpec, get_spec
@@ -34,6 +37,8 @@ _log = logging.getLogger(__name__)
 SUPPORTED = (".jsonl", ".jsonl.gz", ".ndjson", ".json", ".json.gz", ".parquet")
 DATA_DIR_ENV = "AGENT_ENVS_DATA_DIR"
 NO_HF_ENV = "AGENT_ENVS_NO_HF"  # set to 1 to never try the Hugging Face hub (offline machines: no retry wait)
+HUB_PROBE_TIMEOUT_S = 1.0
+_PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 # candidate source fields, in order of preference
 ID_FIELDS = ("id", "_id", "task_id", "question_id", "unique_id", "hle_id", "idx", "index")
@@ -318,6 +323,44 @@ def data_dir() -> Path | None:
     return Path(d) if d else None
 
 
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached, from one quick TCP connect; None if it answers.
+
+    Offline, the hub client retries for about 25 s before it gives up; one connect with a short
+    timeout says the same at once. Behind a proxy a direct connect proves nothing: no probe then.
+    """
+    if any(os.environ.get(name) for name in _PROXY_ENVS):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    url = urlsplit(endpoint)
+    if not url.hostname:
+        return None  # let the hub client report a malformed HF_ENDPOINT itself
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname, port), timeout=HUB_PROBE_TIMEOUT_S):
+            return None
+    except TimeoutError:
+        return f"the hub at {endpoint} did not answer within {HUB_PROBE_TIMEOUT_S:g} s"
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        return f"the hub at {endpoint} is unreachable ({why})"
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """The hub client in offline mode for one load: a copy cached by an earlier download still
+    loads, and a missing one fails at once instead of after the client's retries."""
+    import datasets.config  # noqa: PLC0415 (optional dependency)
+    import huggingface_hub.constants  # noqa: PLC0415 (installed with datasets)
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
+
+
 def _load_hf(spec: BenchmarkSpec, split: str | None) -> list[Task]:
     import datasets  # noqa: PLC0415 (optional dependency)
 
@@ -362,7 +405,8 @@ def load_benchmark(
     """Tasks of a named benchmark (see `BENCHMARKS`).
 
     Lookup order: `data_files` when given; else `$AGENT_ENVS_DATA_DIR/<file of split>`; else the
-    Hugging Face copy (`datasets` installed, access granted); else an error saying what to pass.
+    Hugging Face copy (`datasets` installed, access granted; only a cached copy when a one-second
+    probe finds the hub unreachable); else an error saying what to pass.
     """
     spec = get_spec(name)
     if data_files is not None:
@@ -373,12 +417,18 @@ def load_benchmark(
         return _file_tasks(path, spec.reward, spec.train, spec.name)
     hf_error = ""
     if spec.hf_id and os.environ.get(NO_HF_ENV, "").lower() in ("", "0", "false"):
+        unreachable = _hub_unreachable()
         try:
-            return _load_hf(spec, None if local_split else split)
+            if unreachable is None:
+                return _load_hf(spec, None if local_split else split)
+            with _hub_offline():
+                return _load_hf(spec, None if local_split else split)
         except ImportError:
             hf_error = "the `datasets` package is not installed"
         except Exception as e:  # offline, gated, renamed: say so, then say what to pass instead
             hf_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if unreachable is not None:
+                hf_error = f"{unreachable} and no copy is cached"
     want = spec.files.get(local_split or spec.default_split, spec.default_file)
     where = f"{path}" if path is not None else f"$AGENT_ENVS_DATA_DIR/{want} ({DATA_DIR_ENV} is unset)"
     raise FileNotFoundError(

@@ -106,7 +106,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             hf_split="train",
             description="AIME 2024 I and II (30 problems), integer answers 0-999",
             metric="accuracy (math equivalence)",
-            full_data="complete in the shared data; also HF `HuggingFaceH4/aime_2024`",
+            full_data="HF `HuggingFaceH4/aime_2024`",
         ),
         _spec(
             name="aime25",
@@ -118,7 +118,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             hf_split="test",
             description="AIME 2025 I and II (30 problems), integer answers 0-999",
             metric="accuracy (math equivalence)",
-            full_data="complete in the shared data; also HF `math-ai/aime25`",
+            full_data="HF `math-ai/aime25`",
         ),
         # --- knowledge / multi-hop QA -------------------------------------------------------------
         _spec(
@@ -192,7 +192,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             hf_split="test",
             description="Bamboogle (125 hand-written 2-hop questions that search engines answer badly)",
             metric="token F1 (also EM, acc)",
-            full_data="complete in the shared data; " + _QA_FULL.format(cfg="bamboogle"),
+            full_data=_QA_FULL.format(cfg="bamboogle"),
         ),
         # --- deep search --------------------------------------------------------------------------
         _spec(
@@ -276,7 +276,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             train=True,
             description="ARPO RL reasoning mix: 5000 math + 5000 multi-hop QA (each row graded by its ability)",
             metric="training data (reward: ARPO recipe)",
-            full_data="complete in the shared data; github.com/dongguanting/ARPO (rl_datasets/)",
+            full_data="github.com/dongguanting/ARPO (rl_datasets/)",
         ),
         _spec(
             name="arpo_hard_search",
@@ -290,7 +290,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             train=True,
             description="ARPO deep-search RL set (1071 questions)",
             metric="training data (reward: ARPO recipe)",
-            full_data="complete in the shared data; github.com/dongguanting/ARPO (rl_datasets/)",
+            full_data="github.com/dongguanting/ARPO (rl_datasets/)",
         ),
     ]
 }

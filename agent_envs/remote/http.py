@@ -3,7 +3,10 @@
 Tools are called from whatever event loop the caller runs (the env's background loop, a test's
 loop, `asyncio.run` inside `Tool.run`). An aiohttp session belongs to one loop, so the pool keeps
 one session per loop and drops sessions whose loop has closed. Retries (as SkyRL retries search):
-transient failures only (HTTP 5xx and 429, connection errors, timeouts), linear back-off.
+transient failures only (HTTP 5xx and 429, connection errors, timeouts), linear back-off. A
+connection that cannot be opened at all (refused, unknown host) gets only a few quick retries: a
+server that is down stays down for longer than a long back-off would wait, and the caller should
+hear "connection refused" within a second or two rather than a timeout much later.
 
     >>> import asyncio
     >>> pool = SessionPool()
@@ -32,7 +35,11 @@ T = TypeVar("T")
 
 
 class TransientError(Exception):
-    """A failure worth retrying (5xx, 429, dropped connection, timeout)."""
+    """A failure worth retrying (5xx, 429, dropped connection, timeout); `retries` were spent on it."""
+
+    def __init__(self, message: str, retries: int = 0) -> None:
+        super().__init__(message)
+        self.retries = retries
 
 
 class PermanentError(Exception):
@@ -115,11 +122,17 @@ class LoopSemaphore:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retries for idempotent requests: `max_retries` extra attempts, sleeping `backoff_s * attempt`."""
+    """Retries for idempotent requests: `max_retries` extra attempts, sleeping `backoff_s * attempt`.
+
+    A connection that could not be opened is retried at most `connect_retries` times (and never
+    more than `max_retries`), sleeping `connect_backoff_s * attempt`: about 1.2 s in all by default.
+    """
 
     max_retries: int = 10
     backoff_s: float = 1.0
     max_backoff_s: float = 10.0
+    connect_retries: int = 3
+    connect_backoff_s: float = 0.2
 
 
 async def with_retries(
@@ -135,6 +148,11 @@ async def with_retries(
             return await attempt(), retries
         except PermanentError:
             raise
+        except aiohttp.ClientConnectorError as exc:  # nothing was sent: safe to retry, but briefly
+            if retries >= min(policy.connect_retries, policy.max_retries):
+                raise TransientError(f"{describe}: {_describe(exc)}", retries) from exc
+            retries += 1
+            await asyncio.sleep(min(policy.connect_backoff_s * retries, policy.max_backoff_s))
         except (
             TransientError,
             aiohttp.ClientConnectionError,
@@ -143,8 +161,9 @@ async def with_retries(
         ) as exc:
             if retries >= policy.max_retries:
                 if isinstance(exc, TransientError):
+                    exc.retries = retries
                     raise
-                raise TransientError(f"{describe}: {_describe(exc)}") from exc
+                raise TransientError(f"{describe}: {_describe(exc)}", retries) from exc
             retries += 1
             await asyncio.sleep(min(policy.backoff_s * retries, policy.max_backoff_s))
 
@@ -152,6 +171,11 @@ async def with_retries(
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        origin = f"{exc.host}:{exc.port}"
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return f"connection refused by {origin} (is the server running?)"
+        return f"cannot connect to {origin} ({exc.os_error.strerror or type(exc.os_error).__name__})"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

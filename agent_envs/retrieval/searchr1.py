@@ -69,8 +69,9 @@ class HttpBackend(SearchBackend):
     Args:
         url: the full endpoint, e.g. ``http://127.0.0.1:8000/retrieve``.
         timeout_s: per-attempt timeout.
-        max_retries / backoff_s: retries on 5xx, 429, connection errors and timeouts, sleeping
-            `backoff_s * attempt` between tries (SkyRL's policy: 10 retries, 1 s steps).
+        max_retries / backoff_s: retries on 5xx, 429, dropped connections and timeouts, sleeping
+            `backoff_s * attempt` between tries (SkyRL's policy: 10 retries, 1 s steps). A refused
+            connection is retried only a few times, quickly (see `RetryPolicy`).
         dialect: `queries` (batch, default) or `query` (one request per query, for servers
             that only accept the single-query form).
     """
@@ -126,7 +127,7 @@ class HttpBackend(SearchBackend):
         except (TransientError, PermanentError) as exc:
             raise SearchBackendError(
                 f"{exc} (request {rid})",
-                retries=self.retry.max_retries if isinstance(exc, TransientError) else 0,
+                retries=exc.retries if isinstance(exc, TransientError) else 0,
             ) from exc
 
     async def aclose(self) -> None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_envs.data import DataError, load_benchmark, load_tasks
+from agent_envs.data.registry import BENCHMARKS
+
+REPO = Path(__file__).resolve().parents[2]
 
 ROWS = [
     {"id": "a", "question": "Capital of France?", "golden_answers": ["Paris"]},
@@ -146,6 +154,29 @@ def test_load_benchmark_data_files_and_missing_data(tmp_path: Path, monkeypatch:
         load_benchmark("xbench")  # no HF copy: the message says where the full data is
     with pytest.raises(KeyError, match="unknown benchmark 'mmlu'.*load_tasks"):
         load_benchmark("mmlu")
+
+
+def test_an_unreachable_hub_fails_in_about_a_second(tmp_path: Path) -> None:
+    # a fresh process, as a user runs it: the hub client reads its offline switch at import
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: the "hub" refuses connections
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "AGENT_ENVS_NO_HF", "AGENT_ENVS_DATA_DIR")}
+    env |= {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HOME": str(tmp_path / "hf_home")}
+    code = "import gymnasium as gym, agent_envs\ngym.make('AgentMath-AIME24-v0')"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - start
+    print(f"unreachable hub: error after {elapsed:.2f} s (interpreter start and imports included)")
+    assert proc.returncode != 0 and "FileNotFoundError: benchmark 'aime24'" in proc.stderr, proc.stderr
+    assert f"the hub at http://127.0.0.1:{port} is unreachable (Connection refused) and no copy is cached" in proc.stderr
+    assert "data_files=" in proc.stderr and "AGENT_ENVS_DATA_DIR" in proc.stderr and "HuggingFaceH4/aime_2024" in proc.stderr
+    assert "Retrying" not in proc.stderr and elapsed < 10  # the hub client's own retries took ~24 s
+
+
+def test_where_to_get_the_data_names_only_what_a_user_has() -> None:
+    for spec in BENCHMARKS.values():
+        assert "shared" not in spec.full_data.lower(), (spec.name, spec.full_data)
 
 
 def test_hugging_face_path_with_a_local_dataset_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -185,11 +185,64 @@ async def test_slow_server_and_refused_connection_become_search_errors() -> None
         assert not res.ok and res.text == "Search failed: timeout after 0.2 s."
         refused = await tools[2]("q")
         assert not refused.ok and refused.retries == 1 and refused.text.startswith("Search failed: ")
-        assert "ClientConnectorError" in refused.text or "Connect" in refused.text
+        assert f"connection refused by 127.0.0.1:{port}" in refused.text, refused.text
     finally:
         for tool in tools:
             await tool.aclose()
         await runner.cleanup()
+
+
+async def test_a_killed_server_is_reported_as_refused_within_seconds(small_server: RetrieverServer) -> None:
+    # default retry policy and tool timeout (10 retries, 30 s), as a new user runs them
+    tool = SearchTool(HttpBackend(f"{small_server.url}/retrieve"))
+    try:
+        assert (await tool("Alpha founder")).ok
+        await small_server.stop()  # the server dies mid-episode; the port now refuses
+        start = time.monotonic()
+        res = await tool("Beta River")
+        elapsed = time.monotonic() - start
+    finally:
+        await tool.aclose()
+    print(f"refused connection reported after {elapsed:.2f} s: {res.text}")
+    assert not res.ok and res.error == "backend" and res.retries == 3
+    port = small_server.url.rsplit(":", 1)[1]
+    assert f"connection refused by 127.0.0.1:{port}" in res.text and "timeout" not in res.text
+    assert elapsed < 3.0
+
+
+_SEARCH_AND_EXIT = """
+import sys
+import gymnasium as gym, agent_envs
+tasks = [agent_envs.Task(id="q0", question="Who founded Alpha Corp?", answers=["Ada Lovelace"])]
+env = gym.make("AgentQA-v0", tasks=tasks, retriever_url=sys.argv[1])
+env.reset(seed=0)
+print(env.step("<think>look it up</think><search>Alpha founder</search>")[0].split()[:4])
+if sys.argv[2] == "close":
+    env.close()
+    assert not env.unwrapped.tools["search"].backend.pool._sessions, "env.close() left a session open"
+"""
+
+
+@pytest.mark.parametrize("ending", ["close", "exit"])
+async def test_a_process_that_searched_ends_without_unclosed_sessions(
+    small_server: RetrieverServer, ending: str
+) -> None:
+    # before the loop's exit hook, this process ended with "Unclosed client session" on stderr
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _SEARCH_AND_EXIT,
+        f"{small_server.url}/retrieve",
+        ending,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "['<result>', 'Doc', '1(Title:', 'Alpha']", (out.decode(), err.decode())
+    assert "Unclosed" not in err.decode(), err.decode()
+
 
 
 async def test_recall_at_5_through_the_server_matches_in_process(shared_data: Path, index_dir: Path) -> None:
