@@ -42,7 +42,7 @@ import torch
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.base.config import check_types, config_dict, option
 from algorithms.core.run_log import RunLogger
-from algorithms.core.threads import apply_threads, choose_threads
+from algorithms.core.threads import THREADS_HELP, Threads, apply_threads, choose_threads
 
 
 @dataclass
@@ -57,10 +57,7 @@ class SFTConfig:
     num_examples: int = option(4000, "gold-trace episodes (tasks 0..n-1 of the env)")
     output_dir: str = option("runs/sft", "run directory: logs and the final model")
     seed: int = option(0, "seed of data order and initialisation")
-    threads: int | Literal["auto"] | None = option(
-        "auto", "torch CPU threads: auto (free cores: usable cores minus the 1-min load), an integer, or "
-        "null (leave as is)"
-    )
+    threads: Threads = option("auto", THREADS_HELP)
     steps: int = option(300, "optimizer steps")
     batch_size: int = option(32, "sequences per optimizer step")
     lr: float = option(1e-3, "AdamW learning rate")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algorithms.base.config import check_types, option
-from algorithms.core.threads import choose_threads
+from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
 
 Engine = Literal["hf", "vllm"]
 AdvantageEstimator = Literal["grpo", "rloo"]
@@ -42,10 +42,7 @@ class LearnerConfig:
     engine_kwargs: dict = option(factory=dict, help="keyword arguments of the rollout engine")
     output_dir: str = option("runs/grpo", "run directory: checkpoints, logs, final model")
     seed: int = option(0, "seed of prompt order, rollout sampling and initialisation")
-    threads: int | Literal["auto"] | None = option(
-        "auto", "torch CPU threads: auto (free cores: usable cores minus the 1-min load), an integer, or "
-        "null (leave as is)"
-    )
+    threads: Threads = option("auto", THREADS_HELP)
     # rollout
     total_steps: int = option(100, "RL steps")
     prompts_per_step: int = option(4, "prompt draws per RL step, over all ranks")

@@ -20,6 +20,12 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Literal
+
+# The `threads` setting of the learner and SFT configs: "auto", an integer, or None (torch's own).
+Threads = int | Literal["auto"] | None
+THREADS_HELP = ("torch CPU threads: auto (free cores: usable cores minus the 1-min load), an integer, or "
+                "null (leave as is)")
 
 AUTO = "auto"
 
@@ -82,4 +88,4 @@ def apply_threads(setting: int | str | None) -> int | None:
     return n
 
 
-__all__ = ["AUTO", "apply_threads", "available_cores", "choose_threads", "load_average", "local_processes"]
+__all__ = ["AUTO", "THREADS_HELP", "Threads", "apply_threads", "available_cores", "choose_threads", "load_average", "local_processes"]
