@@ -277,29 +277,13 @@ def smoothed_curves_plot(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: s
     return Path(path)
 
 
-def bar_plot(labels: Sequence[str], values: Sequence[float], path: str | Path, title: str, ylabel: str = "pass@1") -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(labels), 3.2))
-    bars = ax.bar(labels, values, color="#4C72B0")
-    ax.bar_label(bars, fmt="%.2f")
-    ax.set_ylim(0, max(1.0, max(values, default=0) * 1.15))
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
-
 
 def quickstart_plot(rows: Sequence[Mapping], rl_metrics: Sequence[Mapping], path: str | Path, title: str) -> Path:
     """Three panels: accuracy of each evaluation row, tool calls per task on hard and easy tasks,
     and the RL reward per step (moving average over the faint raw values)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from algorithms.core.run_log import plot_line, smoothing_window
+
+    plt = _pyplot()
 
     labels = [r["label"].replace(" (", "\n(").replace(", ", ",\n", 1) for r in rows]
     x = range(len(rows))
