@@ -114,7 +114,9 @@ def _sanitize(prediction: str) -> str:
 @dataclass
 class LLMJudge:
     """An OpenAI-compatible judge. `base_url` ends in `/v1`; `model` None asks the server's
-    `/models` for the first model. `cache_path` (JSONL) keeps verdicts across runs."""
+    `/models` for the first model. `cache_path` (JSONL) keeps verdicts across runs. `offline`
+    answers from `cache_path` only (replaying a recorded evaluation): a verdict it lacks comes
+    back as an error, and no endpoint is needed."""
 
     base_url: str | None = None
     model: str | None = None
@@ -126,6 +128,7 @@ class LLMJudge:
     concurrency: int = 16
     cache_path: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    offline: bool = False
     _cache: dict[str, JudgeVerdict] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -135,6 +138,13 @@ class LLMJudge:
         self.api_key = (
             self.api_key or os.environ.get("AGENT_ENVS_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
         )
+        # the model as configured keys the cache: a name resolved later from /models must not
+        # change the keys of a run halfway through
+        self._model_key = self.model
+        if self.offline:
+            if not (self.cache_path and Path(self.cache_path).is_file()):
+                raise FileNotFoundError(f"offline judge: no recorded verdicts at {self.cache_path!r}")
+            self.base_url = self.base_url or "offline"
         if not self.base_url:
             raise JudgeNotConfigured(
                 "no LLM judge endpoint configured: pass LLMJudge(base_url='http://HOST:PORT/v1', model='NAME') "
@@ -164,7 +174,7 @@ class LLMJudge:
         return STRICT_PROMPT.format(question=question, golds=gold_lines, prediction=_sanitize(prediction))
 
     def cache_key(self, question: str, golds: Sequence[str], prediction: str) -> str:
-        blob = json.dumps([self.model, PROMPT_VERSION, self.judge_rule, question, list(golds), prediction])
+        blob = json.dumps([self._model_key, PROMPT_VERSION, self.judge_rule, question, list(golds), prediction])
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _remember(self, key: str, verdict: JudgeVerdict) -> None:
@@ -237,6 +247,8 @@ class LLMJudge:
         if key in self._cache:
             hit = self._cache[key]
             return JudgeVerdict(hit.correct, hit.raw, None, cached=True)
+        if self.offline:
+            return JudgeVerdict(None, "", "not in the recorded verdicts (offline judge)")
         own = session is None
         if own:
             session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
