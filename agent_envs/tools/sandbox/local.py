@@ -68,11 +68,10 @@ class WorkerError(RuntimeError):
 class _Worker:
     """One fork-server process and its pipes. Not thread-safe: the pool lends it to one caller."""
 
-    def __init__(self, config: SandboxConfig, env: dict[str, str]) -> None:
-        worker_config = {"preamble": list(config.preamble), "namespaces": config.namespaces}
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _close_pipes)
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", str(WORKER_SCRIPT), "serve", json.dumps(worker_config)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -170,10 +169,15 @@ class LocalSandbox(Sandbox):
     def isolation(self) -> dict[str, Any]:
         return dict(self._isolation)
 
-    def _spawn(self) -> _Worker:
+    def worker_command(self) -> tuple[list[str], dict[str, str]]:
+        """How a worker starts: its command line and its whole environment (nothing inherited)."""
         if self._env is None:
             self._env = worker_env()
-        worker = _Worker(self.config, self._env)
+        config = {"preamble": list(self.config.preamble), "namespaces": self.config.namespaces}
+        return [sys.executable, "-I", str(WORKER_SCRIPT), "serve", json.dumps(config)], self._env
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(*self.worker_command())
         self._isolation = worker.isolation
         for message in worker.isolation.get("warnings", []):
             _warn_once(message)

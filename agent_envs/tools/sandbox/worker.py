@@ -347,6 +347,12 @@ def isolate_worker(config: dict) -> Isolation:
     iso = Isolation()
     uid, gid = os.geteuid(), os.getegid()
     iso.user = "root-drop" if uid == 0 else "none"
+    if config.get("container"):
+        # The container is the boundary (no network, read-only root, its own pid namespace, an
+        # unprivileged uid), so no namespaces of our own; `reset_container` clears what a call
+        # leaves behind. The parent reports the container's guarantees.
+        iso.user = "container"
+        return iso
     if not config.get("namespaces", True):
         iso.warnings.append(
             "namespaces disabled by configuration: only rlimits, the scrubbed environment and "
@@ -735,8 +741,26 @@ def serve(config: dict) -> None:
         if call is not None:
             call.kill()
             ended[call.pidfd] = call
+        if config.get("container"):
+            reset_container()
         with contextlib.suppress(OSError):  # a failure shows again, and is reported, on the next call
             ready = Call(req, iso, namespace)
+
+
+def reset_container(scratch: tuple[str, ...] = ("/tmp", "/dev/shm")) -> None:
+    """Between two calls in a container: kill every process the call left (all but this worker and
+    the container's init, which reaps them) and empty the writable scratch space, so no state
+    passes from one call to the next."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(-1, signal.SIGKILL)
+    for root in scratch:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(root):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
 
 
 def _next_request(channel_in: int, ended: dict[int, Call]) -> bytes | None:
