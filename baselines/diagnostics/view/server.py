@@ -43,7 +43,9 @@ SEARCH_DEPTH = 3  # how far below RUN to look for runs
 _RUN_PARTS = {"trajectories", "checkpoints", "final_model", "tb", "wandb"}
 _STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
 # a tool result the env inserted right after a call's closing tag (used only without a tokenizer)
-_INSERTED_RESULT = re.compile(r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S)
+_INSERTED_RESULT = re.compile(
+    r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S
+)
 _LONG_STRING = 80  # longer string components (the parsed action) are left out of the table
 
 
@@ -77,7 +79,8 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], str | None]:
             error = f"{path}:{n}: not valid JSON ({exc.msg}); this line and the rows after it are not shown"
             break
         if not isinstance(row, dict):
-            error = f"{path}:{n}: expected a JSON object, got {type(row).__name__}; rows from here on are not shown"
+            kind = type(row).__name__
+            error = f"{path}:{n}: expected a JSON object, got {kind}; this line and the rows after it are not shown"
             break
         rows.append(row)
     _row_cache[path] = (key, rows, error)
@@ -115,8 +118,14 @@ def _read_run(folder: Path) -> dict[str, Any]:
         groups: dict[str, int] = {}
         steps = {0: [_sample_as_trajectory(i, row, groups) for i, row in enumerate(rows)]}
         config = summary.get("config") or {}
-        return {"kind": "evaluate", "algo": "evaluate", "config": config,
-                "metrics": [summary["metrics"]] if "metrics" in summary else [], "steps": steps, "errors": errors}
+        return {
+            "kind": "evaluate",
+            "algo": "evaluate",
+            "config": config,
+            "metrics": [summary["metrics"]] if "metrics" in summary else [],
+            "steps": steps,
+            "errors": errors,
+        }
     config = _read_json(folder / "config.json", errors) or _read_json(folder / "config.yaml", errors)
     metrics: list[dict[str, Any]] = []
     if (folder / "metrics.jsonl").is_file():
@@ -129,8 +138,14 @@ def _read_run(folder: Path) -> dict[str, Any]:
             rows, error = _read_rows(path)
             errors += [error] if error else []
             steps[int(match.group(1))] = rows
-    return {"kind": "learner", "algo": str(config.get("algo", "?")), "config": config, "metrics": metrics,
-            "steps": steps, "errors": errors}
+    return {
+        "kind": "learner",
+        "algo": str(config.get("algo", "?")),
+        "config": config,
+        "metrics": metrics,
+        "steps": steps,
+        "errors": errors,
+    }
 
 
 def _sample_as_trajectory(index: int, sample: dict[str, Any], groups: dict[str, int]) -> dict[str, Any]:
@@ -138,9 +153,14 @@ def _sample_as_trajectory(index: int, sample: dict[str, Any], groups: dict[str, 
     task = str(sample.get("task_id", ""))
     components = {k: sample[k] for k in ("correct", "em", "f1", "format_ok", "pred", "gold") if k in sample}
     return {
-        "task_id": task, "group_id": groups.setdefault(task, len(groups)), "traj_id": index,
-        "reward": sample.get("reward", 0.0), "components": components, "tool_calls": sample.get("tool_calls", 0),
-        "truncated": bool(sample.get("truncated")), "response_text": sample.get("response", ""),
+        "task_id": task,
+        "group_id": groups.setdefault(task, len(groups)),
+        "traj_id": index,
+        "reward": sample.get("reward", 0.0),
+        "components": components,
+        "tool_calls": sample.get("tool_calls", 0),
+        "truncated": bool(sample.get("truncated")),
+        "response_text": sample.get("response", ""),
     }
 
 
@@ -253,7 +273,9 @@ def _pieces(row: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
     return _text_pieces(row.get("response_text") or "", spans, entropy)
 
 
-def _text_pieces(text: str, spans: list[tuple[int, int, bool]], entropy: list[float] | None) -> list[dict[str, Any]]:
+def _text_pieces(
+    text: str, spans: list[tuple[int, int, bool]], entropy: list[float] | None
+) -> list[dict[str, Any]]:
     """Without a tokenizer: cut `response_text` at the results inserted after tool calls; when
     they match the loss mask's inserted spans one for one, each generated piece gets the mean
     entropy of its span's tokens, otherwise the whole text gets the mean of all of them."""
@@ -266,12 +288,25 @@ def _text_pieces(text: str, spans: list[tuple[int, int, bool]], entropy: list[fl
     out, pos = [], 0
     for k, (a, b) in enumerate(inserted):
         ga, gb = generated[k]
-        out.append({"kind": "gen", "shared": False, "text": text[pos:a],
-                    "entropy": _mean(entropy[ga:gb]) if entropy else None})
+        out.append(
+            {
+                "kind": "gen",
+                "shared": False,
+                "text": text[pos:a],
+                "entropy": _mean(entropy[ga:gb]) if entropy else None,
+            }
+        )
         out.append({"kind": "env", "shared": False, "text": text[a:b]})
         pos = b
     ga, gb = generated[-1]
-    out.append({"kind": "gen", "shared": False, "text": text[pos:], "entropy": _mean(entropy[ga:gb]) if entropy else None})
+    out.append(
+        {
+            "kind": "gen",
+            "shared": False,
+            "text": text[pos:],
+            "entropy": _mean(entropy[ga:gb]) if entropy else None,
+        }
+    )
     return out
 
 
@@ -299,8 +334,10 @@ def _correct(row: dict[str, Any]) -> bool:
 def _scalar_components(components: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in components.items():
-        if value is None or isinstance(value, (bool, int, float)) or (
-            isinstance(value, str) and len(value) <= _LONG_STRING
+        if (
+            value is None
+            or isinstance(value, (bool, int, float))
+            or (isinstance(value, str) and len(value) <= _LONG_STRING)
         ):
             out[key] = value
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -342,14 +379,22 @@ def prompt_rows(runs: dict[str, Path], query: dict[str, str]) -> list[dict[str, 
             if (step is not None and s != step) or not _matches(rows, outcome, tool):
                 continue
             rewards = [float(r.get("reward", 0.0)) for r in rows]
-            out.append({
-                "run": name, "algo": run["algo"], "step": s, "group": group,
-                "task_id": rows[0].get("task_id", ""), "task": _task_text(rows[0], tokenizer)[0],
-                "trajectories": len(rows), "correct": sum(_correct(r) for r in rows),
-                "reward_mean": sum(rewards) / len(rewards), "tool_calls": sum(r.get("tool_calls", 0) for r in rows),
-                "forks": sum(r.get("parent_id") is not None for r in rows),
-                "health": sum(len(r.get("health") or []) for r in rows),
-            })
+            out.append(
+                {
+                    "run": name,
+                    "algo": run["algo"],
+                    "step": s,
+                    "group": group,
+                    "task_id": rows[0].get("task_id", ""),
+                    "task": _task_text(rows[0], tokenizer)[0],
+                    "trajectories": len(rows),
+                    "correct": sum(_correct(r) for r in rows),
+                    "reward_mean": sum(rewards) / len(rewards),
+                    "tool_calls": sum(r.get("tool_calls", 0) for r in rows),
+                    "forks": sum(r.get("parent_id") is not None for r in rows),
+                    "health": sum(len(r.get("health") or []) for r in rows),
+                }
+            )
     return out
 
 
@@ -364,19 +409,37 @@ def prompt_view(name: str, folder: Path, step: int, group: int) -> dict[str, Any
     trajectories = []
     for i, row in enumerate(rows):
         lineage = row.get("lineage") or {}
-        trajectories.append({
-            "id": row.get("traj_id", i), "parent": row.get("parent_id"), "branch_offset": row.get("branch_offset"),
-            "depth": lineage.get("depth", 0), "kind": lineage.get("kind", ""),
-            "reward": row.get("reward", 0.0), "advantage": row.get("advantage"), "correct": _correct(row),
-            "tool_calls": row.get("tool_calls", 0), "end_reason": row.get("end_reason", ""),
-            "truncated": bool(row.get("truncated")), "tokens": len(row.get("response_ids") or []),
-            "generated": sum(row.get("loss_mask") or []),
-            "components": _scalar_components(row.get("components") or {}),
-            "health": [str(h) for h in row.get("health") or []],
-            "pieces": _pieces(row, tokenizer),
-        })
-    return {"run": name, "algo": run["algo"], "step": step, "group": group, "task_id": rows[0].get("task_id", ""),
-            "task": task, "prompt": prompt, "tokenizer": tokenizer is not None, "trajectories": trajectories}
+        trajectories.append(
+            {
+                "id": row.get("traj_id", i),
+                "parent": row.get("parent_id"),
+                "branch_offset": row.get("branch_offset"),
+                "depth": lineage.get("depth", 0),
+                "kind": lineage.get("kind", ""),
+                "reward": row.get("reward", 0.0),
+                "advantage": row.get("advantage"),
+                "correct": _correct(row),
+                "tool_calls": row.get("tool_calls", 0),
+                "end_reason": row.get("end_reason", ""),
+                "truncated": bool(row.get("truncated")),
+                "tokens": len(row.get("response_ids") or []),
+                "generated": sum(row.get("loss_mask") or []),
+                "components": _scalar_components(row.get("components") or {}),
+                "health": [str(h) for h in row.get("health") or []],
+                "pieces": _pieces(row, tokenizer),
+            }
+        )
+    return {
+        "run": name,
+        "algo": run["algo"],
+        "step": step,
+        "group": group,
+        "task_id": rows[0].get("task_id", ""),
+        "task": task,
+        "prompt": prompt,
+        "tokenizer": tokenizer is not None,
+        "trajectories": trajectories,
+    }
 
 
 def run_rows(runs: dict[str, Path]) -> list[dict[str, Any]]:
@@ -385,10 +448,21 @@ def run_rows(runs: dict[str, Path]) -> list[dict[str, Any]]:
         run = _read_run(folder)
         errors = list(run["errors"])
         if run["kind"] == "learner" and not run["steps"]:
-            errors.append(f"{folder}: no trajectories/step_*.jsonl; train with save_trajectories=true to see them here")
+            errors.append(
+                f"{folder}: no trajectories/step_*.jsonl; train with save_trajectories=true to see them here"
+            )
         last = run["metrics"][-1] if run["metrics"] else {}
-        out.append({"name": name, "kind": run["kind"], "algo": run["algo"], "steps": sorted(run["steps"]),
-                    "reward_mean": last.get("reward_mean"), "accuracy": last.get("accuracy"), "errors": errors})
+        out.append(
+            {
+                "name": name,
+                "kind": run["kind"],
+                "algo": run["algo"],
+                "steps": sorted(run["steps"]),
+                "reward_mean": last.get("reward_mean"),
+                "accuracy": last.get("accuracy"),
+                "errors": errors,
+            }
+        )
     return out
 
 
@@ -413,7 +487,9 @@ def make_app(root: str | Path) -> web.Application:
     """The viewer's aiohttp application for the run (or folder of runs) at `root`."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"agent-envs view: {root} is not a folder; pass a run's output_dir or evaluate --out")
+        raise FileNotFoundError(
+            f"agent-envs view: {root} is not a folder; pass a run's output_dir or evaluate --out"
+        )
 
     async def index(_request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
@@ -433,7 +509,9 @@ def make_app(root: str | Path) -> web.Application:
         try:
             step, group = int(q.get("step", "")), int(q.get("group", ""))
         except ValueError:
-            return _json({"error": "step and group must be integers, e.g. /api/prompt?run=R&step=1&group=0"}, 400)
+            return _json(
+                {"error": "step and group must be integers, e.g. /api/prompt?run=R&step=1&group=0"}, 400
+            )
         view = prompt_view(name, found[name], step, group)
         if view is None:
             return _json({"error": f"run {name!r} has no prompt at step {step}, group {group}"}, 404)
@@ -449,7 +527,7 @@ def make_app(root: str | Path) -> web.Application:
 
 
 async def start(root: str | Path, port: int = DEFAULT_PORT) -> tuple[web.AppRunner, str]:
-    """Start serving on 127.0.0.1 (port 0: a free one); returns the runner (cleanup() stops it) and the URL."""
+    """Serve on 127.0.0.1 (port 0: a free one); returns the runner (`cleanup()` stops it) and the URL."""
     runner = web.AppRunner(make_app(root), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
