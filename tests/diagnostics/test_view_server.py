@@ -313,3 +313,24 @@ def test_cli_serves_on_a_free_port(tmp_path, tok):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_learner_records_sequence_and_per_token_advantages():
+    """What the tree shows as a branch's advantage: the sequence value, or with per-token
+    advantages (ARPO hard attribution) their mean over the tokens the trajectory trains."""
+    import torch
+
+    from algorithms.core.learner import _record_advantages
+
+    def traj() -> Trajectory:
+        return Trajectory(
+            prompt_ids=[1], response_ids=[2, 3, 4], loss_mask=[1, 0, 1], logprobs=[-1.0, 0.0, -1.0]
+        )
+
+    trajs = [traj(), traj()]
+    _record_advantages(trajs, torch.tensor([0.5, -0.5]), torch.ones(2, 3))
+    assert [t.advantage for t in trajs] == [0.5, -0.5]
+    per_token = torch.tensor([[1.0, 9.0, 3.0], [4.0, 4.0, 4.0]])
+    _record_advantages(trajs, per_token, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]))
+    assert [t.advantage for t in trajs] == [2.0, None]  # the second trains no token
+    assert json.loads(json.dumps(trajs[0].to_dict()))["advantage"] == 2.0
