@@ -1,4 +1,4 @@
-"""End to end: a real two-step ARPO run of the warmed-up tiny model (trajectories saved), the
+"""End to end: a real one-step ARPO run of the warmed-up tiny model (trajectories saved), the
 viewer serving it, and headless Chromium driving the page: open a prompt with a fork, expand the
 fork and a tool result, check the task text, a reward and advantage, the branch count against
 the JSONL, and that a step written later appears on reload. Saves a screenshot to tmp_path
@@ -30,7 +30,7 @@ SYSTEM_PROMPT = (
 
 @pytest.fixture(scope="module")
 def arpo_run(tmp_path_factory) -> Path:
-    """Two ARPO steps, 2 prompts x 4 trajectories, forking at every tool result."""
+    """One ARPO step, 2 prompts x 4 trajectories, forking at every tool result."""
     from algorithms.arpo import ARPOConfig, ARPOLearner
     from algorithms.models.tiny import build_tiny_model
     from algorithms.rollout.tree_config import TreeConfig
@@ -40,7 +40,7 @@ def arpo_run(tmp_path_factory) -> Path:
         model=str(build_tiny_model(warmup_steps=150)),
         output_dir=str(out),
         env_kwargs={"system_prompt": SYSTEM_PROMPT},
-        total_steps=2,
+        total_steps=1,
         prompts_per_step=2,
         group_size=4,
         max_response_tokens=96,
@@ -160,6 +160,7 @@ def test_browse_a_prompt_expand_a_fork_and_a_tool_result(arpo_run, viewer_url, b
     tool = shared.find_element(By.CSS_SELECTOR, "details.tool")
     result = tool.find_element(By.TAG_NAME, "pre")
     assert not result.is_displayed()
+    assert " → " in tool.find_element(By.TAG_NAME, "summary").text  # "tool: argument → N lines"
     tool.find_element(By.TAG_NAME, "summary").click()
     assert result.is_displayed() and "<result>" in result.text
     assert body.find_elements(By.CSS_SELECTOR, "span.tok[title^='H = ']"), "no entropy-shaded tokens"

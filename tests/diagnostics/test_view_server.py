@@ -18,6 +18,7 @@ from algorithms.rollout.trajectory import Trajectory, write_jsonl
 from baselines.diagnostics.view.server import make_app
 
 REPO = Path(__file__).resolve().parents[2]
+THINK = "<think> I add. </think> "
 CALL = "<python> print(2 + 3) </python>"
 RESULT = " <result>\n5\n</result> "
 ANSWERS = ["<answer> \\boxed{5} </answer>", "<answer> \\boxed{7} </answer>"]
@@ -45,7 +46,7 @@ def group(tok, group_id: int, question: str, tool: bool = True) -> list[Trajecto
     """A root that calls the tool and answers 5 (correct) and a fork of it, after the tool
     result, that answers 7 (wrong); without `tool`, one root that answers at once."""
     prompt = encode(tok, f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
-    head = [(encode(tok, CALL), 1), (encode(tok, RESULT), 0)] if tool else []
+    head = [(encode(tok, THINK + CALL), 1), (encode(tok, RESULT), 0)] if tool else []
     out = []
     for k, answer in enumerate(ANSWERS if tool else ANSWERS[:1]):
         parts = [*head, (encode(tok, answer), 1)]
@@ -153,44 +154,43 @@ async def test_prompt_tree_tokens_and_pieces(runs_client, tok):
     view = await get(runs_client, "/api/prompt?run=arpo/seed0&step=1&group=0")
     assert view["tokenizer"] and view["task"] == "What is 2 + 3? (step 1)"
     root, fork = view["trajectories"]
-    assert (root["parent"], fork["parent"], fork["branch_offset"]) == (
-        None,
-        0,
-        len(encode(tok, CALL + RESULT)),
-    )
+    offset = len(encode(tok, THINK + CALL + RESULT))
+    assert (root["parent"], fork["parent"], fork["branch_offset"]) == (None, 0, offset)
     assert (root["advantage"], fork["advantage"]) == (pytest.approx(0.7), pytest.approx(-0.7))
     assert (root["reward"], root["correct"], fork["correct"]) == (1.0, True, False)
     assert "parsed_action" not in root["components"] and root["components"]["format_ok"] is True
 
-    kinds = [(p["kind"], p["shared"]) for p in root["pieces"]]
-    assert kinds == [("gen", False), ("env", False), ("gen", False)]
-    assert root["pieces"][1]["text"] == tok.decode(encode(tok, RESULT), skip_special_tokens=False)
-    assert "tokens" not in root["pieces"][1]  # inserted text has no entropy
-    # the fork's prefix is marked shared; its own part is the wrong answer
-    assert [(p["kind"], p["shared"]) for p in fork["pieces"]] == [
-        ("gen", True),
-        ("env", True),
+    # thinking | the tool call, split off to fold with its result | the result | the answer
+    assert [(p["kind"], p["shared"]) for p in root["pieces"]] == [
+        ("gen", False),
+        ("call", False),
+        ("env", False),
         ("gen", False),
     ]
-    assert "boxed{7}" in fork["pieces"][2]["text"]
-    # every token carries its entropy, and the tokens spell the decoded text
+    assert [p["text"] for p in root["pieces"][:3]] == [
+        tok.decode(encode(tok, text), skip_special_tokens=False) for text in (THINK, CALL, RESULT)
+    ]
+    assert "tokens" not in root["pieces"][2]  # inserted text has no entropy
+    # the fork's prefix is marked shared; its own part is the wrong answer
+    assert [p["shared"] for p in fork["pieces"]] == [True, True, True, False]
+    assert "boxed{7}" in fork["pieces"][3]["text"]
+    # every generated token carries its entropy, and the tokens spell the decoded text
     row = group(tok, 0, "x")[0]
-    tokens = [t for p in root["pieces"] if p["kind"] == "gen" for t in p["tokens"]]
+    tokens = [t for p in root["pieces"] if p["kind"] != "env" for t in p["tokens"]]
     assert [h for _, h in tokens] == [h for h, m in zip(row.entropy, row.loss_mask, strict=True) if m]
-    assert "".join(p["text"] for p in root["pieces"]) == tok.decode(
-        row.response_ids, skip_special_tokens=False
-    )
+    whole = tok.decode(row.response_ids, skip_special_tokens=False)
+    assert "".join(p["text"] for p in root["pieces"]) == whole
 
 
 async def test_without_a_tokenizer_segments_of_the_text_carry_mean_entropies(runs_client, tok):
     view = await get(runs_client, "/api/prompt?run=grpo&step=1&group=0")
     assert not view["tokenizer"]
     pieces = view["trajectories"][0]["pieces"]
-    assert [p["kind"] for p in pieces] == ["gen", "env", "gen"]
-    assert "<result>" in pieces[1]["text"] and "boxed{5}" in pieces[2]["text"]
+    assert [p["kind"] for p in pieces] == ["gen", "call", "env", "gen"]
+    assert pieces[1]["text"] == CALL and "<result>" in pieces[2]["text"] and "boxed{5}" in pieces[3]["text"]
     row = group(tok, 0, "x")[0]
-    n_call = len(encode(tok, CALL))
-    assert pieces[0]["entropy"] == pytest.approx(sum(row.entropy[:n_call]) / n_call)
+    n_first = len(encode(tok, THINK + CALL))  # one generated segment: thinking and call share its mean
+    assert pieces[0]["entropy"] == pieces[1]["entropy"] == pytest.approx(sum(row.entropy[:n_first]) / n_first)
     assert all("tokens" not in p for p in pieces)
 
 

@@ -46,6 +46,8 @@ _STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
 _INSERTED_RESULT = re.compile(
     r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S
 )
+# the closing tag a tool call ends with (the tool's name, or `tool_call` in JSON protocols)
+_CALL_END = re.compile(r"</(?!answer>|think>)([\w-]+)>\s*$")
 _LONG_STRING = 80  # longer string components (the parsed action) are left out of the table
 
 
@@ -175,7 +177,7 @@ def _is_run(folder: Path) -> bool:
 def find_runs(root: Path) -> dict[str, Path]:
     """Name (path below `root`) -> folder of every run at or under `root`."""
     if _is_run(root):
-        return {root.name or str(root): root}
+        return {root.name: root}
     found: dict[str, Path] = {}
     level = [root]
     for _ in range(SEARCH_DEPTH):
@@ -253,9 +255,14 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _pieces(row: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
-    """The response as pieces: `kind` gen (the policy wrote it) or env (a tool result or message),
-    `shared` (before a fork's branch offset), `text`, `entropy` (mean over the piece), and with a
-    tokenizer `tokens`: [text, entropy] per token."""
+    """The response as pieces: `kind` gen (the policy wrote it), call (the tool call that ends a
+    generated segment, split off so that the page folds it with its result) or env (a tool result
+    or message the env inserted); `shared` (before a fork's branch offset), `text`, `entropy`
+    (mean over the piece), and with a tokenizer `tokens`: [text, entropy] per token."""
+    return _split_calls(_unsplit_pieces(row, tokenizer))
+
+
+def _unsplit_pieces(row: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
     ids = row.get("response_ids") or []
     entropy = row.get("entropy")
     offset = row.get("branch_offset") or 0
@@ -271,6 +278,40 @@ def _pieces(row: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
             out.append(piece)
         return out
     return _text_pieces(row.get("response_text") or "", spans, entropy)
+
+
+def _split_calls(pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Split the tool call off the end of each generated piece that an env piece follows: from
+    the opening tag of the closing tag it ends with (`<python> ... </python>`, `<tool_call> ...
+    </tool_call>`), whatever the protocol names its tools."""
+    out: list[dict[str, Any]] = []
+    for piece, following in zip(pieces, [*pieces[1:], None], strict=True):
+        text = piece["text"]
+        close = (
+            _CALL_END.search(text)
+            if piece["kind"] == "gen" and following and following["kind"] == "env"
+            else None
+        )
+        start = text.rfind(f"<{close.group(1)}>", 0, close.start()) if close else -1
+        if start < 0:
+            out.append(piece)
+            continue
+        head, call = dict(piece), dict(piece, kind="call")
+        if "tokens" in piece:
+            # the token where the opening tag starts goes to the call, whole
+            k, seen = 0, 0
+            while k < len(piece["tokens"]) and seen + len(piece["tokens"][k][0]) <= start:
+                seen += len(piece["tokens"][k][0])
+                k += 1
+            head["tokens"], call["tokens"] = piece["tokens"][:k], piece["tokens"][k:]
+            head["text"] = "".join(t for t, _ in head["tokens"])
+            call["text"] = "".join(t for t, _ in call["tokens"])
+            head["entropy"] = _mean([h for _, h in head["tokens"]])
+            call["entropy"] = _mean([h for _, h in call["tokens"]])
+        else:
+            head["text"], call["text"] = text[:start], text[start:]
+        out.extend([head, call] if head["text"] else [call])
+    return out
 
 
 def _text_pieces(
@@ -485,7 +526,7 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def make_app(root: str | Path) -> web.Application:
     """The viewer's aiohttp application for the run (or folder of runs) at `root`."""
-    root = Path(root)
+    root = Path(root).resolve()  # "." gets its folder's name as the run name
     if not root.is_dir():
         raise FileNotFoundError(
             f"agent-envs view: {root} is not a folder; pass a run's output_dir or evaluate --out"

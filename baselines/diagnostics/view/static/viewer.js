@@ -109,12 +109,7 @@ function shade(h, scale) {
   return `rgba(240,130,20,${a.toFixed(3)})`;
 }
 
-function renderPiece(piece, scale) {
-  if (piece.kind === "env") {
-    const lines = piece.text.trim().split("\n").length;
-    return el("details", { class: "tool" }, el("summary", {}, `tool result · ${lines} line${lines > 1 ? "s" : ""}`),
-      el("pre", {}, piece.text));
-  }
+function renderTokens(piece, scale) {
   if (piece.tokens) {
     return el("span", { class: "seg" }, piece.tokens.map(([text, h]) =>
       el("span", { class: "tok", title: `H = ${fmt(h, 3)}`, style: `background:${shade(h, scale)}` }, text)));
@@ -127,6 +122,42 @@ function renderPiece(piece, scale) {
   return el("span", attrs, piece.text);
 }
 
+function lineCount(text) {
+  const n = text.trim().split("\n").length;
+  return `${n} line${n > 1 ? "s" : ""}`;
+}
+
+// A tool call and the result the env inserted after it fold into one line: the tool, the start of
+// its argument, and the size of the result; opening it shows the call's tokens and the result.
+function renderCall(call, result, scale) {
+  const match = call.text.match(/^<([\w-]+)>([\s\S]*?)(<\/[\w-]+>\s*)?$/);
+  const tool = match ? match[1] : "tool";
+  let arg = match ? match[2].trim().replace(/\s+/g, " ") : call.text.trim();
+  if (arg.length > 60) arg = arg.slice(0, 57) + "…";
+  return el("details", { class: "tool" },
+    el("summary", {}, `${tool}: ${arg} → ${result ? lineCount(result.text) : "no result"}`),
+    el("div", { class: "call" }, renderTokens(call, scale)),
+    result ? el("pre", {}, result.text) : null);
+}
+
+function renderPieces(pieces, scale) {
+  const out = [];
+  for (let i = 0; i < pieces.length; i++) {
+    const piece = pieces[i];
+    if (piece.kind === "call") {
+      const result = pieces[i + 1] && pieces[i + 1].kind === "env" ? pieces[i + 1] : null;
+      out.push(renderCall(piece, result, scale));
+      if (result) i++;
+    } else if (piece.kind === "env") {
+      out.push(el("details", { class: "tool" }, el("summary", {}, `inserted by the env · ${lineCount(piece.text)}`),
+        el("pre", {}, piece.text)));
+    } else {
+      out.push(renderTokens(piece, scale));
+    }
+  }
+  return out;
+}
+
 function renderText(t, scale) {
   const shared = t.pieces.filter((p) => p.shared);
   const own = t.pieces.filter((p) => !p.shared);
@@ -134,9 +165,9 @@ function renderText(t, scale) {
   if (shared.length) {
     out.append(el("details", { class: "shared" },
       el("summary", {}, `prefix shared with #${t.parent} · ${t.branch_offset} tokens`),
-      el("span", { class: "prefix" }, shared.map((p) => renderPiece(p, scale)))));
+      el("span", { class: "prefix" }, renderPieces(shared, scale))));
   }
-  out.append(...own.map((p) => renderPiece(p, scale)));
+  out.append(...renderPieces(own, scale));
   return out;
 }
 
