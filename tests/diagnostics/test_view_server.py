@@ -18,7 +18,7 @@ from algorithms.rollout.trajectory import Trajectory, write_jsonl
 from baselines.diagnostics.view.server import make_app
 
 REPO = Path(__file__).resolve().parents[2]
-THINK = "<think> I add. </think> "
+THINK = "<think> I add: 2 + 3 ≈ 5 😀 </think> "  # characters of several bytes, split over tokens
 CALL = "<python> print(2 + 3) </python>"
 RESULT = " <result>\n5\n</result> "
 ANSWERS = ["<answer> \\boxed{5} </answer>", "<answer> \\boxed{7} </answer>"]
@@ -179,7 +179,8 @@ async def test_prompt_tree_tokens_and_pieces(runs_client, tok):
     tokens = [t for p in root["pieces"] if p["kind"] != "env" for t in p["tokens"]]
     assert [h for _, h in tokens] == [h for h, m in zip(row.entropy, row.loss_mask, strict=True) if m]
     whole = tok.decode(row.response_ids, skip_special_tokens=False)
-    assert "".join(p["text"] for p in root["pieces"]) == whole
+    assert "".join(p["text"] for p in root["pieces"]) == whole and "😀" in whole
+    assert "😀" in [text for text, _ in tokens] and not any("\ufffd" in text for text, _ in tokens)
 
 
 async def test_without_a_tokenizer_segments_of_the_text_carry_mean_entropies(runs_client, tok):

@@ -52,6 +52,8 @@ _LONG_STRING = 80  # longer string components (the parsed action) are left out o
 
 
 # ---- reading run folders -------------------------------------------------------------------------
+# `_read_run` is the only entry point: everything below this section sees a run as its dict, so a
+# shared run reader can replace this section without touching the rest.
 
 _row_cache: dict[Path, tuple[tuple[int, int], list[dict[str, Any]], str | None]] = {}
 
