@@ -311,6 +311,21 @@ def test_cli_serves_on_a_free_port(tmp_path, tok):
         url = line.split()[2]
         with urllib.request.urlopen(url + "api/runs", timeout=30) as response:
             assert json.load(response)["runs"][0]["steps"] == [1]
+        # a second viewer on the same port, and one on a missing folder, say what to do
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        for args, message in [
+            ((str(run), "--port", port), "try --port 0"),
+            (("nowhere",), "is not a folder"),
+        ]:
+            other = subprocess.run(
+                [sys.executable, "-m", "agent_envs.cli", "view", *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                timeout=120,
+            )
+            assert other.returncode == 2 and message in other.stderr, other.stderr
     finally:
         proc.terminate()
         proc.wait(timeout=30)

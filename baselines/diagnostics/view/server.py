@@ -31,6 +31,7 @@ import contextlib
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -602,5 +603,14 @@ def add_cli(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    serve(args.run, args.port)
+    try:
+        serve(args.run, args.port)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except OSError as exc:  # the port is taken, most often
+        print(
+            f"agent-envs view: cannot listen on 127.0.0.1:{args.port} ({exc}); try --port 0", file=sys.stderr
+        )
+        return 2
     return 0
