@@ -511,6 +511,7 @@ class Learner:
         rewards = self.shape_rewards(trajs)
         batch = RolloutBatch.from_trajectories(trajs, rewards)
         batch.advantages, batch.loss_mask = self.compute_advantages(batch)
+        _record_advantages(trajs, batch.advantages, batch.loss_mask)
         metrics.update(self.rollout_metrics(batch))
 
         one_pass = cfg.num_minibatches == 1 and cfg.ppo_epochs == 1
@@ -803,6 +804,18 @@ class Learner:
             self.tokenizer.save_pretrained(out)
         acc.wait_for_everyone()
         return out
+
+
+def _record_advantages(trajs: Sequence[Any], advantages: torch.Tensor, mask: torch.Tensor) -> None:
+    """Write each trajectory's advantage into it, for the saved trajectories and the viewer:
+    the sequence value, or with per-token advantages (ARPO hard attribution) their mean over the
+    tokens the trajectory trains (None when it trains none)."""
+    for i, t in enumerate(trajs):
+        if advantages.dim() == 1:
+            t.advantage = float(advantages[i])
+        else:
+            n = float(mask[i].sum())
+            t.advantage = float((advantages[i] * mask[i]).sum()) / n if n else None
 
 
 def _is_ratio_metrics(sums: dict[str, float]) -> dict[str, float]:

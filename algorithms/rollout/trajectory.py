@@ -49,6 +49,7 @@ class Trajectory:
     parent_id: int | None = None
     branch_offset: int | None = None
     lineage: dict[str, Any] = field(default_factory=dict)
+    advantage: float | None = None  # set by the learner: mean advantage over the tokens it trained
 
     @property
     def input_ids(self) -> list[int]:

@@ -1,0 +1,616 @@
+"""`agent-envs view RUN`: serve a local page that browses a run's trajectories as branch trees.
+
+    agent-envs view runs/arpo                 # one run: http://127.0.0.1:8765
+    agent-envs view runs/compare --port 0     # every run under a folder; 0 picks a free port
+
+RUN is a learner run (`config.json`, `metrics.jsonl`, `trajectories/step_*.jsonl`, written with
+`save_trajectories=true`), an evaluation folder (`samples.jsonl`, `summary.json`), or a folder
+holding such runs (up to three levels down), which makes the algorithm filter useful. Files are
+read when the page asks and re-read only when they change, so a run still training shows its
+new steps on reload. The page is plain HTML/CSS/JS from `static/`; the JSON it reads:
+
+    GET /api/runs                                   runs, their algorithm, steps, read errors
+    GET /api/prompts?run=&algo=&step=&outcome=correct|incorrect&tool=used|unused
+                                                    one row per prompt (step, group) that matches
+    GET /api/prompt?run=R&step=S&group=G            the task text and every trajectory of the
+                                                    group: tree links, reward, advantage, reward
+                                                    components, health warnings, text pieces
+
+Text pieces cut the response where the loss mask changes (generated text | tool results the
+env inserted) and at a fork's branch offset (the prefix it shares with its parent). With the
+run's tokenizer (`final_model/tokenizer.json`, or the configured model's folder) each generated
+token carries its entropy; without one, each generated segment of `response_text` carries the
+mean entropy of its tokens. See docs/diagnostics.md (Viewer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+STATIC = Path(__file__).parent / "static"
+DEFAULT_PORT = 8765
+SEARCH_DEPTH = 3  # how far below RUN to look for runs
+# folders inside a run that never hold runs themselves
+_RUN_PARTS = {"trajectories", "checkpoints", "final_model", "tb", "wandb"}
+_STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
+# a tool result the env inserted right after a call's closing tag (used only without a tokenizer)
+_INSERTED_RESULT = re.compile(
+    r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S
+)
+# the closing tag a tool call ends with (the tool's name, or `tool_call` in JSON protocols)
+_CALL_END = re.compile(r"</(?!answer>|think>)([\w-]+)>\s*$")
+_LONG_STRING = 80  # longer string components (the parsed action) are left out of the table
+
+
+# ---- reading run folders -------------------------------------------------------------------------
+# `_read_run` is the only entry point: everything below this section sees a run as its dict, so a
+# shared run reader can replace this section without touching the rest.
+
+_row_cache: dict[Path, tuple[tuple[int, int], list[dict[str, Any]], str | None]] = {}
+
+
+def _read_rows(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The objects of a JSONL file and an error naming `path:line` (None when clean).
+
+    Re-read only when its size or mtime changed. A last line without its newline is a write in
+    progress: it is left for a later request rather than reported.
+    """
+    stat = path.stat()
+    key = (stat.st_mtime_ns, stat.st_size)
+    hit = _row_cache.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1], hit[2]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rows: list[dict[str, Any]] = []
+    error = None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if n == len(lines):
+                break
+            error = f"{path}:{n}: not valid JSON ({exc.msg}); this line and the rows after it are not shown"
+            break
+        if not isinstance(row, dict):
+            kind = type(row).__name__
+            error = f"{path}:{n}: expected a JSON object, got {kind}; this line and the rows after it are not shown"
+            break
+        rows.append(row)
+    _row_cache[path] = (key, rows, error)
+    return rows, error
+
+
+def _read_json(path: Path, errors: list[str]) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        if path.suffix == ".yaml":
+            import yaml
+
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:  # yaml's and json's errors are ValueErrors
+        errors.append(f"{path}: unreadable ({exc})")
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_run(folder: Path) -> dict[str, Any]:
+    """Everything the viewer shows of one run folder.
+
+    Returns `kind` (learner | evaluate), `algo`, `config`, `metrics` (rows), `steps` ({step:
+    trajectory rows as dicts}) and `errors` (messages naming file and line). An evaluation's
+    samples become step 0, one flat group per task.
+    """
+    errors: list[str] = []
+    if (folder / "samples.jsonl").is_file():
+        summary = _read_json(folder / "summary.json", errors)
+        rows, error = _read_rows(folder / "samples.jsonl")
+        errors += [error] if error else []
+        groups: dict[str, int] = {}
+        steps = {0: [_sample_as_trajectory(i, row, groups) for i, row in enumerate(rows)]}
+        config = summary.get("config") or {}
+        return {
+            "kind": "evaluate",
+            "algo": "evaluate",
+            "config": config,
+            "metrics": [summary["metrics"]] if "metrics" in summary else [],
+            "steps": steps,
+            "errors": errors,
+        }
+    config = _read_json(folder / "config.json", errors) or _read_json(folder / "config.yaml", errors)
+    metrics: list[dict[str, Any]] = []
+    if (folder / "metrics.jsonl").is_file():
+        metrics, error = _read_rows(folder / "metrics.jsonl")
+        errors += [error] if error else []
+    steps: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted((folder / "trajectories").glob("step_*.jsonl")):
+        match = _STEP_FILE.fullmatch(path.name)
+        if match:
+            rows, error = _read_rows(path)
+            errors += [error] if error else []
+            steps[int(match.group(1))] = rows
+    return {
+        "kind": "learner",
+        "algo": str(config.get("algo", "?")),
+        "config": config,
+        "metrics": metrics,
+        "steps": steps,
+        "errors": errors,
+    }
+
+
+def _sample_as_trajectory(index: int, sample: dict[str, Any], groups: dict[str, int]) -> dict[str, Any]:
+    """An evaluation sample in the trajectory fields the viewer reads (no tokens, so no entropy)."""
+    task = str(sample.get("task_id", ""))
+    components = {k: sample[k] for k in ("correct", "em", "f1", "format_ok", "pred", "gold") if k in sample}
+    return {
+        "task_id": task,
+        "group_id": groups.setdefault(task, len(groups)),
+        "traj_id": index,
+        "reward": sample.get("reward", 0.0),
+        "components": components,
+        "tool_calls": sample.get("tool_calls", 0),
+        "truncated": bool(sample.get("truncated")),
+        "response_text": sample.get("response", ""),
+    }
+
+
+def _is_run(folder: Path) -> bool:
+    return (
+        (folder / "trajectories").is_dir()
+        or (folder / "samples.jsonl").is_file()
+        or (folder / "metrics.jsonl").is_file()
+    )
+
+
+def find_runs(root: Path) -> dict[str, Path]:
+    """Name (path below `root`) -> folder of every run at or under `root`."""
+    if _is_run(root):
+        return {root.name: root}
+    found: dict[str, Path] = {}
+    level = [root]
+    for _ in range(SEARCH_DEPTH):
+        below = []
+        for folder in level:
+            for child in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in _RUN_PARTS):
+                if _is_run(child):
+                    found[child.relative_to(root).as_posix()] = child
+                else:
+                    below.append(child)
+        level = below
+    return found
+
+
+# ---- tokens and text pieces ----------------------------------------------------------------------
+
+_tokenizer_cache: dict[Path, Any] = {}
+
+
+def _tokenizer_for(folder: Path, config: dict[str, Any]) -> Any | None:
+    """The run's tokenizer (a `tokenizers.Tokenizer`), or None when the run has none here."""
+    candidates = [folder / "final_model", folder]
+    for key in ("tokenizer", "model"):
+        if isinstance(config.get(key), str) and config[key]:
+            candidates.append(Path(config[key]))
+    for candidate in candidates:
+        path = candidate / "tokenizer.json"
+        if path in _tokenizer_cache:
+            return _tokenizer_cache[path]
+        if path.is_file():
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:  # the `train` extra is not installed: shade segments instead
+                return None
+            _tokenizer_cache[path] = Tokenizer.from_file(str(path))
+            return _tokenizer_cache[path]
+    return None
+
+
+def _token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Text of each token: how much a short window's decoded text grows with it. A character split
+    over several byte-level tokens lands on the token that completes it."""
+
+    def decode(part: list[int]) -> str:
+        return tokenizer.decode(part, skip_special_tokens=False) if part else ""
+
+    out = []
+    for i in range(len(ids)):
+        lo = max(0, i - 4)
+        before = decode(ids[lo:i]).rstrip("\ufffd")
+        now = decode(ids[lo : i + 1])
+        if i + 1 < len(ids):
+            now = now.rstrip("\ufffd")  # an incomplete character: wait for the token that ends it
+        out.append(now[len(before) :] if now.startswith(before) else decode([ids[i]]))
+    return out
+
+
+def _runs_of(row: dict[str, Any]) -> list[tuple[int, int, bool]]:
+    """(start, end, generated) spans of the response: cut where the loss mask changes, where a
+    generated segment starts, and at the branch offset."""
+    mask = row.get("loss_mask") or []
+    cuts = {0, len(mask)}
+    cuts.update(i for i in range(1, len(mask)) if mask[i] != mask[i - 1])
+    cuts.update(s for s in row.get("segment_starts") or [] if 0 < s < len(mask))
+    offset = row.get("branch_offset")
+    if isinstance(offset, int) and 0 < offset < len(mask):
+        cuts.add(offset)
+    edges = sorted(cuts)
+    return [(a, b, bool(mask[a])) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
+def _mean(values: list[float]) -> float | None:
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
+
+
+def _pieces(row: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
+    """The response as pieces: `kind` gen (the policy wrote it), call (the tool call that ends a
+    generated segment, split off so that the page folds it with its result) or env (a tool result
+    or message the env inserted); `shared` (before a fork's branch offset), `text`, `entropy`
+    (mean over the piece), and with a tokenizer `tokens`: [text, entropy] per token."""
+    return _split_calls(_unsplit_pieces(row, tokenizer))
+
+
+def _unsplit_pieces(row: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
+    ids = row.get("response_ids") or []
+    entropy = row.get("entropy")
+    offset = row.get("branch_offset") or 0
+    spans = _runs_of(row)
+    if tokenizer is not None and ids and spans:
+        texts = _token_texts(tokenizer, ids)
+        out = []
+        for a, b, generated in spans:
+            piece = {"kind": "gen" if generated else "env", "shared": a < offset, "text": "".join(texts[a:b])}
+            if generated and entropy:
+                piece["tokens"] = [[texts[i], entropy[i]] for i in range(a, b)]
+                piece["entropy"] = _mean(entropy[a:b])
+            out.append(piece)
+        return out
+    return _text_pieces(row.get("response_text") or "", spans, entropy)
+
+
+def _split_calls(pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Split the tool call off the end of each generated piece that an env piece follows: from
+    the opening tag of the closing tag it ends with (`<python> ... </python>`, `<tool_call> ...
+    </tool_call>`), whatever the protocol names its tools."""
+    out: list[dict[str, Any]] = []
+    for piece, following in zip(pieces, [*pieces[1:], None], strict=True):
+        text = piece["text"]
+        close = (
+            _CALL_END.search(text)
+            if piece["kind"] == "gen" and following and following["kind"] == "env"
+            else None
+        )
+        start = text.rfind(f"<{close.group(1)}>", 0, close.start()) if close else -1
+        if start < 0:
+            out.append(piece)
+            continue
+        head, call = dict(piece), dict(piece, kind="call")
+        if "tokens" in piece:
+            # the token where the opening tag starts goes to the call, whole
+            k, seen = 0, 0
+            while k < len(piece["tokens"]) and seen + len(piece["tokens"][k][0]) <= start:
+                seen += len(piece["tokens"][k][0])
+                k += 1
+            head["tokens"], call["tokens"] = piece["tokens"][:k], piece["tokens"][k:]
+            head["text"] = "".join(t for t, _ in head["tokens"])
+            call["text"] = "".join(t for t, _ in call["tokens"])
+            head["entropy"] = _mean([h for _, h in head["tokens"]])
+            call["entropy"] = _mean([h for _, h in call["tokens"]])
+        else:
+            head["text"], call["text"] = text[:start], text[start:]
+        out.extend([head, call] if head["text"] else [call])
+    return out
+
+
+def _text_pieces(
+    text: str, spans: list[tuple[int, int, bool]], entropy: list[float] | None
+) -> list[dict[str, Any]]:
+    """Without a tokenizer: cut `response_text` at the results inserted after tool calls; when
+    they match the loss mask's inserted spans one for one, each generated piece gets the mean
+    entropy of its span's tokens, otherwise the whole text gets the mean of all of them."""
+    inserted = [m.span(1) for m in _INSERTED_RESULT.finditer(text)]
+    generated = [(a, b) for a, b, g in spans if g]
+    env_spans = [s for s in spans if not s[2]]
+    if not inserted or len(inserted) != len(env_spans) or len(generated) != len(inserted) + 1:
+        everything = _mean([h for a, b in generated for h in entropy[a:b]]) if entropy else None
+        return [{"kind": "gen", "shared": False, "text": text, "entropy": everything}]
+    out, pos = [], 0
+    for k, (a, b) in enumerate(inserted):
+        ga, gb = generated[k]
+        out.append(
+            {
+                "kind": "gen",
+                "shared": False,
+                "text": text[pos:a],
+                "entropy": _mean(entropy[ga:gb]) if entropy else None,
+            }
+        )
+        out.append({"kind": "env", "shared": False, "text": text[a:b]})
+        pos = b
+    ga, gb = generated[-1]
+    out.append(
+        {
+            "kind": "gen",
+            "shared": False,
+            "text": text[pos:],
+            "entropy": _mean(entropy[ga:gb]) if entropy else None,
+        }
+    )
+    return out
+
+
+def _task_text(row: dict[str, Any], tokenizer: Any | None) -> tuple[str, str]:
+    """(the task: the last user turn of the prompt, the whole prompt); the task id without a tokenizer."""
+    ids = row.get("prompt_ids")
+    if tokenizer is None or not ids:
+        return str(row.get("task_id", "")), ""
+    prompt = tokenizer.decode(ids, skip_special_tokens=False)
+    turns = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", prompt, re.S)
+    return (turns[-1].strip() if turns else prompt.strip()), prompt
+
+
+# ---- views of prompts and trajectories -----------------------------------------------------------
+
+
+def _correct(row: dict[str, Any]) -> bool:
+    value = (row.get("components") or {}).get("correct")
+    try:
+        return float(value or 0.0) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _scalar_components(components: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in components.items():
+        if (
+            value is None
+            or isinstance(value, (bool, int, float))
+            or (isinstance(value, str) and len(value) <= _LONG_STRING)
+        ):
+            out[key] = value
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = ", ".join(value)
+    return out
+
+
+def _groups(run: dict[str, Any]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for step, rows in run["steps"].items():
+        for row in rows:
+            out.setdefault((step, int(row.get("group_id", 0))), []).append(row)
+    return out
+
+
+def _matches(rows: list[dict[str, Any]], outcome: str, tool: str) -> bool:
+    if outcome == "correct" and not any(_correct(r) for r in rows):
+        return False
+    if outcome == "incorrect" and all(_correct(r) for r in rows):
+        return False
+    if tool == "used" and not any(r.get("tool_calls", 0) for r in rows):
+        return False
+    return not (tool == "unused" and all(r.get("tool_calls", 0) for r in rows))
+
+
+def prompt_rows(runs: dict[str, Path], query: dict[str, str]) -> list[dict[str, Any]]:
+    """One summary per prompt (run, step, group) that passes the query's filters."""
+    outcome, tool = query.get("outcome", ""), query.get("tool", "")
+    step = int(query["step"]) if query.get("step", "").lstrip("-").isdigit() else None
+    out = []
+    for name, folder in runs.items():
+        if query.get("run") and query["run"] != name:
+            continue
+        run = _read_run(folder)
+        if query.get("algo") and query["algo"] != run["algo"]:
+            continue
+        tokenizer = _tokenizer_for(folder, run["config"])
+        for (s, group), rows in sorted(_groups(run).items()):
+            if (step is not None and s != step) or not _matches(rows, outcome, tool):
+                continue
+            rewards = [float(r.get("reward", 0.0)) for r in rows]
+            out.append(
+                {
+                    "run": name,
+                    "algo": run["algo"],
+                    "step": s,
+                    "group": group,
+                    "task_id": rows[0].get("task_id", ""),
+                    "task": _task_text(rows[0], tokenizer)[0],
+                    "trajectories": len(rows),
+                    "correct": sum(_correct(r) for r in rows),
+                    "reward_mean": sum(rewards) / len(rewards),
+                    "tool_calls": sum(r.get("tool_calls", 0) for r in rows),
+                    "forks": sum(r.get("parent_id") is not None for r in rows),
+                    "health": sum(len(r.get("health") or []) for r in rows),
+                }
+            )
+    return out
+
+
+def prompt_view(name: str, folder: Path, step: int, group: int) -> dict[str, Any] | None:
+    """The task and every trajectory of one prompt, or None when the run has no such prompt."""
+    run = _read_run(folder)
+    rows = _groups(run).get((step, group))
+    if rows is None:
+        return None
+    tokenizer = _tokenizer_for(folder, run["config"])
+    task, prompt = _task_text(rows[0], tokenizer)
+    trajectories = []
+    for i, row in enumerate(rows):
+        lineage = row.get("lineage") or {}
+        trajectories.append(
+            {
+                "id": row.get("traj_id", i),
+                "parent": row.get("parent_id"),
+                "branch_offset": row.get("branch_offset"),
+                "depth": lineage.get("depth", 0),
+                "kind": lineage.get("kind", ""),
+                "reward": row.get("reward", 0.0),
+                "advantage": row.get("advantage"),
+                "correct": _correct(row),
+                "tool_calls": row.get("tool_calls", 0),
+                "end_reason": row.get("end_reason", ""),
+                "truncated": bool(row.get("truncated")),
+                "tokens": len(row.get("response_ids") or []),
+                "generated": sum(row.get("loss_mask") or []),
+                "components": _scalar_components(row.get("components") or {}),
+                "health": [str(h) for h in row.get("health") or []],
+                "pieces": _pieces(row, tokenizer),
+            }
+        )
+    return {
+        "run": name,
+        "algo": run["algo"],
+        "step": step,
+        "group": group,
+        "task_id": rows[0].get("task_id", ""),
+        "task": task,
+        "prompt": prompt,
+        "tokenizer": tokenizer is not None,
+        "trajectories": trajectories,
+    }
+
+
+def run_rows(runs: dict[str, Path]) -> list[dict[str, Any]]:
+    out = []
+    for name, folder in runs.items():
+        run = _read_run(folder)
+        errors = list(run["errors"])
+        if run["kind"] == "learner" and not run["steps"]:
+            errors.append(
+                f"{folder}: no trajectories/step_*.jsonl; train with save_trajectories=true to see them here"
+            )
+        last = run["metrics"][-1] if run["metrics"] else {}
+        out.append(
+            {
+                "name": name,
+                "kind": run["kind"],
+                "algo": run["algo"],
+                "steps": sorted(run["steps"]),
+                "reward_mean": last.get("reward_mean"),
+                "accuracy": last.get("accuracy"),
+                "errors": errors,
+            }
+        )
+    return out
+
+
+# ---- the server ----------------------------------------------------------------------------------
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    # NaN/inf (a diverged run) are not JSON: the page shows them as text
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return web.json_response(clean(data), status=status)
+
+
+def make_app(root: str | Path) -> web.Application:
+    """The viewer's aiohttp application for the run (or folder of runs) at `root`."""
+    root = Path(root).resolve()  # "." gets its folder's name as the run name
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"agent-envs view: {root} is not a folder; pass a run's output_dir or evaluate --out"
+        )
+
+    async def index(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def runs(_request: web.Request) -> web.Response:
+        return _json({"root": str(root), "runs": run_rows(find_runs(root))})
+
+    async def prompts(request: web.Request) -> web.Response:
+        return _json({"prompts": prompt_rows(find_runs(root), dict(request.query))})
+
+    async def prompt(request: web.Request) -> web.Response:
+        found = find_runs(root)
+        q = request.query
+        name = q.get("run", "")
+        if name not in found:
+            return _json({"error": f"no run {name!r} under {root}; runs: {sorted(found)}"}, 404)
+        try:
+            step, group = int(q.get("step", "")), int(q.get("group", ""))
+        except ValueError:
+            return _json(
+                {"error": "step and group must be integers, e.g. /api/prompt?run=R&step=1&group=0"}, 400
+            )
+        view = prompt_view(name, found[name], step, group)
+        if view is None:
+            return _json({"error": f"run {name!r} has no prompt at step {step}, group {group}"}, 404)
+        return _json(view)
+
+    app = web.Application()
+    app.router.add_get("/", index)
+    app.router.add_get("/api/runs", runs)
+    app.router.add_get("/api/prompts", prompts)
+    app.router.add_get("/api/prompt", prompt)
+    app.router.add_static("/static/", STATIC)
+    return app
+
+
+async def start(root: str | Path, port: int = DEFAULT_PORT) -> tuple[web.AppRunner, str]:
+    """Serve on 127.0.0.1 (port 0: a free one); returns the runner (`cleanup()` stops it) and the URL."""
+    runner = web.AppRunner(make_app(root), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    host, bound = runner.addresses[0][:2]
+    return runner, f"http://{host}:{bound}/"
+
+
+def serve(root: str | Path, port: int = DEFAULT_PORT) -> None:
+    """Serve until interrupted."""
+
+    async def main() -> None:
+        runner, url = await start(root, port)
+        print(f"agent-envs view: {url}  (Ctrl-C stops)", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
+        asyncio.run(main())
+
+
+def add_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser("view", help="browse a run's trajectories as branch trees in the browser")
+    p.add_argument("run", help="a run's output_dir, an evaluate --out folder, or a folder of runs")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (0: a free one)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        serve(args.run, args.port)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except OSError as exc:  # the port is taken, most often
+        print(
+            f"agent-envs view: cannot listen on 127.0.0.1:{args.port} ({exc}); try --port 0", file=sys.stderr
+        )
+        return 2
+    return 0
