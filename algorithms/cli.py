@@ -113,5 +113,9 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_sft, parser=p)
 
+    from algorithms.rollout import vllm_server
+
+    vllm_server.add_cli(subparsers)
+
 
 __all__ = ["ALGORITHMS", "add_cli", "learner_class"]

@@ -115,6 +115,8 @@ class Learner:
         self.share_prompts = self.world == 1 and not cfg.gradient_checkpointing
         self.env_factory = env_factory or self._default_env_factory
         self.engine = engine if engine is not None else self._make_engine()
+        if cfg.engine == "vllm-server":
+            self.sync_engine()  # the server may hold another checkpoint: sample from this policy
         num_tasks = self._num_tasks()
         held_out = cfg.eval_episodes if cfg.eval_every else 0
         if num_tasks <= held_out:
@@ -199,6 +201,13 @@ class Learner:
                 seed=cfg.seed,
                 **cfg.engine_kwargs,
             )
+        if cfg.engine == "vllm-server":
+            from algorithms.rollout.vllm_server import VLLMServerEngine
+
+            if "base_url" not in cfg.engine_kwargs:
+                raise ValueError("engine=vllm-server needs engine_kwargs.base_url (e.g. http://127.0.0.1:8000/v1), "
+                                 "the address of `agent-envs serve-rollout`")
+            return VLLMServerEngine(tokenizer=self.tokenizer, **cfg.engine_kwargs)
         from algorithms.rollout.vllm import VLLMEngine
 
         kwargs = {"seed": cfg.seed, **cfg.engine_kwargs}
@@ -654,6 +663,15 @@ class Learner:
         """Push the updated weights into the rollout engine (and reset its prefix cache)."""
         if self.config.engine == "hf":
             return  # it decodes with the learner's module itself
+        if self.config.engine == "vllm-server":
+            # One server for all ranks. Every rank joins the gather of the full weights (FSDP and
+            # ZeRO-3 shard them); the main process hands them over, then all release them.
+            state = self.accelerator.get_state_dict(self.model)
+            if self.accelerator.is_main_process:
+                self.engine.sync_weights(state, config=self.accelerator.unwrap_model(self.model).config)
+            del state
+            self.accelerator.wait_for_everyone()
+            return
         self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
 
     def evaluate(self) -> dict[str, float]:

@@ -22,7 +22,7 @@ from typing import Literal
 from algorithms.base.config import check_types, option
 from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
 
-Engine = Literal["hf", "vllm"]
+Engine = Literal["hf", "vllm", "vllm-server"]
 AdvantageEstimator = Literal["grpo", "rloo"]
 ScaleRewards = Literal["group", "batch", "none"]
 PolicyLoss = Literal["ppo_clip", "ppo_clip_gradpreserve"]
@@ -38,7 +38,9 @@ class LearnerConfig:
     model: str = option("tiny", 'HF checkpoint dir or hub id, or "tiny" (built locally)')
     env: str = option("AgentMath-v0", "a registered gymnasium env id")
     env_kwargs: dict = option(factory=dict, help="keyword arguments of gymnasium.make (dotted keys reach in)")
-    engine: Engine = option("hf", "rollout engine: hf (shares the learner's weights) or vllm")
+    engine: Engine = option(
+        "hf", "rollout engine: hf (shares the learner's weights), vllm (in-process) or vllm-server "
+        "(`agent-envs serve-rollout`; engine_kwargs: base_url, sync_dir)")
     engine_kwargs: dict = option(factory=dict, help="keyword arguments of the rollout engine")
     output_dir: str = option("runs/grpo", "run directory: checkpoints, logs, final model")
     seed: int = option(0, "seed of prompt order, rollout sampling and initialisation")
