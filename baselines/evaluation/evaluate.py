@@ -5,7 +5,8 @@
         --model Qwen2.5-7B-Instruct --tokenizer Qwen/Qwen2.5-7B-Instruct
 
 Writes `samples.jsonl` (one row per episode: task, sample, reward components, tool calls,
-response text) and `summary.json` (the metrics plus everything that defines the run: env and its
+response text), `trajectories.jsonl` (the same episodes in tokens, with loss mask and entropy, for
+`agent-envs analyze`) and `summary.json` (the metrics plus everything that defines the run: env and its
 kwargs, tool limits, model, engine, sampling, prompting baseline) into `--out`.
 pass@1 is the mean over the n samples of each task; pass@k uses the unbiased estimator;
 `correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it.
@@ -77,6 +78,7 @@ def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url
 def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     """Run the evaluation and return the summary (also written to `cfg.out` when set)."""
     from algorithms.rollout import SamplingParams, run_episodes
+    from algorithms.rollout.trajectory import write_jsonl
 
     cfg.validate()
     engine = engine or make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
@@ -128,6 +130,7 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
         with open(out / "samples.jsonl", "w") as f:
             for s in samples:
                 f.write(json.dumps(s, default=str) + "\n")
+        write_jsonl(trajs, out / "trajectories.jsonl")
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
