@@ -1,4 +1,4 @@
-"""Subcommands of `agent-envs` that live in `baselines`: evaluate, compare, quickstart."""
+"""Subcommands of `agent-envs` that live in `baselines`: evaluate, compare, quickstart, analyze."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Any
 
 from baselines import quickstart
 from baselines.comparison import compare
+from baselines.diagnostics import analyze
 from baselines.evaluation import evaluate
 
 
 def add_cli(subparsers: Any) -> None:
-    for module in (evaluate, compare, quickstart):
+    for module in (evaluate, compare, quickstart, analyze):
         module.add_cli(subparsers)
