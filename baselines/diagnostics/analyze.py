@@ -165,7 +165,18 @@ class RunStats:
             "forks_per_prompt": sum(k * v for k, v in self.forks_per_prompt.items()) / prompts if prompts else None,
             "max_depth": max(self.depth) if self.depth else None,
             "health_flagged": self.health_flagged,
+            "health_counts": health_counts(self.run.metrics),
         }
+
+
+def health_counts(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Totals over steps of the `health/<check>` counts a learner logs (empty when it logs none)."""
+    out: dict[str, float] = {}
+    for row in metrics:
+        for key, value in row.items():
+            if key.startswith("health/") and _number(value) is not None:
+                out[key] = out.get(key, 0.0) + float(value)
+    return out
 
 
 def _number(value: Any) -> float | None:
@@ -357,6 +368,10 @@ def markdown(summary: dict[str, Any]) -> str:
             cells = [_cell(curve["entropy"][d - lo]) for d in shown]
             lines.append(f"| {series} | {phase} | {curve['tokens'][-lo]} | "
                          f"{_cell(summary['series'][series]['entropy_mean'])} | " + " | ".join(cells) + " |")
+    health = [(r["run"], r["health_counts"]) for r in rows if any(r["health_counts"].values())]
+    if health:
+        lines += ["", "## Health-check counts (sums over steps)", ""]
+        lines += [f"- {run}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(c.items()) if v) for run, c in health]
     if summary["pca"]:
         share = summary["pca"]["variance_share"]
         lines += ["", f"PCA of {summary['pca']['points']} trajectories: the axes hold "

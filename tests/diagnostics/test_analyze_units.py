@@ -128,3 +128,17 @@ def test_reader_errors_and_fields_of_newer_versions(tmp_path):
     empty = write_run(tmp_path / "empty", "grpo", {})
     with pytest.raises(ValueError, match="save_trajectories=true"):
         analyze([empty], tmp_path / "out")
+
+
+def test_health_fields_are_optional(tmp_path):
+    # a learner with health checks logs `health/<check>` counts; one without logs none
+    run = write_run(tmp_path / "r", "grpo", {1: [traj("101", [1.0, 0.0, 2.0])], 2: [traj("11", [1.0, 1.0])]})
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "health/loss_mask": 2}) + "\n"
+                                       + json.dumps({"step": 2, "health/loss_mask": 1, "health/reward": 0}) + "\n")
+    plain = write_run(tmp_path / "p", "dapo", {1: [traj("11", [1.0, 1.0])]})
+    summary = analyze([run, plain], tmp_path / "out")
+    rows = {r["run"]: r for r in summary["runs"]}
+    assert rows["r"]["health_counts"] == {"health/loss_mask": 3.0, "health/reward": 0.0}
+    # None where Trajectory has no `health` field, 0 where it has one and nothing was flagged
+    assert rows["p"]["health_counts"] == {} and rows["p"]["health_flagged"] in (None, 0)
+    assert "- r: health/loss_mask 3" in (tmp_path / "out" / "summary.md").read_text()
