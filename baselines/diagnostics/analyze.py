@@ -21,7 +21,7 @@ Definitions (docs/diagnostics.md has the pictures):
 * **phase**: a learner run's saved steps split in half, `early` and `late` (`all` for a single
   step); evaluate runs are `eval`.
 * **series**: runs are pooled by algorithm (seeds together); an evaluate output is its own
-  series, `<algorithm> <folder>` (e.g. `grpo eval_sampled`).
+  series: `<algorithm> <folder>` inside a learner run (`grpo eval_sampled`), else its path.
 * **tokens per solved task**: generated tokens over all trajectories / sum of `correct`.
 * **representation** (PCA): the bag of the token ids a trajectory generated (loss mask 1),
   weighted by tf-idf over the trajectories drawn (up to `--max-points` per run, uniformly), the
@@ -200,7 +200,19 @@ def phase_of(run: Run, step: int, steps: Sequence[int]) -> str:
 
 
 def series_of(run: Run) -> str:
-    return run.algorithm if run.kind == "learner" else f"{run.algorithm} {run.path.name}"
+    if run.kind == "learner":
+        return run.algorithm
+    # an evaluate output inside a learner run evaluates that run's algorithm; one on its own
+    # (quickstart's eval/sft/greedy) is named by its path
+    return run.name if run.algorithm == "evaluate" else f"{run.algorithm} {run.path.name}"
+
+
+def why_no_trajectories(run: Run) -> str:
+    if run.kind == "evaluate":
+        return "no trajectories.jsonl (evaluate writes it beside samples.jsonl: rerun evaluate)"
+    if run.algorithm == "sft":
+        return "an SFT run has no rollouts"
+    return "no trajectories/ (train with save_trajectories=true)"
 
 
 class _Progress:
@@ -402,11 +414,10 @@ def analyze(inputs: Sequence[str | Path], out: str | Path, *, window: tuple[int,
     rng = random.Random(seed)
     points: list[dict[str, Any]] = []
     stats = [read_run(r, window, max_points, rng, points, progress) for r in runs]
-    skipped = [f"{s.run.name}: no saved trajectories (train with save_trajectories=true; evaluate "
-               f"outputs need trajectories.jsonl)" for s in stats if not s.trajectories]  # fmt: skip
+    skipped = [f"{s.run.name}: {why_no_trajectories(s.run)}" for s in stats if not s.trajectories]
     stats = [s for s in stats if s.trajectories]
     if not stats:
-        raise ValueError("analyze: none of the runs has saved trajectories:\n  " + "\n  ".join(skipped))
+        raise ValueError("none of the runs has saved trajectories:\n  " + "\n  ".join(skipped))
     for s in stats:
         if s.run.dropped_fields:
             skipped.append(f"{s.run.name}: fields unknown to this version, ignored: {sorted(s.run.dropped_fields)}")
@@ -455,8 +466,12 @@ def add_cli(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    summary = analyze(args.runs, args.out, window=tuple(args.window), max_points=args.max_points,
-                      max_features=args.max_features, seed=args.seed)
+    try:
+        summary = analyze(args.runs, args.out, window=tuple(args.window), max_points=args.max_points,
+                          max_features=args.max_features, seed=args.seed)
+    except ValueError as exc:  # a folder that is not a run, a run without trajectories, a bad line
+        print(f"agent-envs analyze: {exc}", file=sys.stderr)
+        return 2
     print(markdown(summary))
     return 0
 
