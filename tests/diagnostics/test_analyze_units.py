@@ -130,6 +130,13 @@ def test_reader_errors_and_fields_of_newer_versions(tmp_path):
         analyze([empty], tmp_path / "out")
 
 
+def test_cli_reports_a_folder_without_runs(tmp_path, capsys):
+    from agent_envs.cli import main
+
+    assert main(["analyze", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert f"agent-envs analyze: {tmp_path}: no learner run" in capsys.readouterr().err
+
+
 def test_health_fields_are_optional(tmp_path):
     # a learner with health checks logs `health/<check>` counts; one without logs none
     run = write_run(tmp_path / "r", "grpo", {1: [traj("101", [1.0, 0.0, 2.0])], 2: [traj("11", [1.0, 1.0])]})
