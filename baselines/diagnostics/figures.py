@@ -92,8 +92,12 @@ def tool_calls_figure(summary: dict[str, Any], out: Path) -> tuple[Path | None, 
 
 
 def branches_figure(summary: dict[str, Any], out: Path) -> tuple[Path | None, str]:
-    series = summary["series"]
-    colors = _colors(list(series))
+    # evaluation never branches: only the learners' rollouts are drawn
+    learners = {r["series"] for r in summary["runs"] if r["kind"] == "learner"}
+    if not learners:
+        return None, "branches.png: no learner run (evaluation never branches)"
+    colors = _colors(list(summary["series"]))
+    series = {s: d for s, d in summary["series"].items() if s in learners}
     fig, (left, right) = _grid(2, 2, (4.5, 3.2))
     _grouped_bars(left, {s: d["forks_per_prompt"] for s, d in series.items()}, colors,
                   "forks in the prompt's group", "share of prompts")
