@@ -46,6 +46,7 @@ def recompute_offset_0(files: list[Path]) -> tuple[float | None, int]:
     return (sum(values) / len(values) if values else None), len(values)
 
 
+@pytest.mark.slow
 def test_cli_analyses_a_comparison_folder(comparison, tmp_path):
     out = tmp_path / "analysis"
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
