@@ -9,7 +9,8 @@
     agent-envs evaluate --env AgentMath-v0 --model M --n 4 --repeats 3    # noise floor per score
 
 Writes `samples.jsonl` (one row per episode: task, sample, seed, reward components, tool calls,
-response text) and `summary.json` (the metrics plus everything that defines the run: env and its
+response text), `trajectories.jsonl` (the same episodes in tokens, with loss mask and entropy, for
+`agent-envs analyze`) and `summary.json` (the metrics plus everything that defines the run: env and its
 kwargs, tool limits, model, engine, sampling, prompting baseline) into `--out`.
 pass@1 is the mean over the n samples of each task; pass@k uses the unbiased estimator;
 `correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it.
@@ -119,8 +120,9 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     finally:
         if recording is not None:
             recording.close()
-    samples = [s for run_samples, _, _ in runs for s in run_samples]
-    per_seed = [metrics for _, metrics, _ in runs]
+    samples = [s for run_samples, _, _, _ in runs for s in run_samples]
+    trajectories = [t for *_, run_trajs in runs for t in run_trajs]
+    per_seed = [metrics for _, metrics, _, _ in runs]
     summary = {
         "metrics": per_seed[0] if len(runs) == 1 else {k: _mean([m[k] for m in per_seed]) for k in per_seed[0]},
         "config": asdict(cfg),
@@ -136,12 +138,12 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     if recording is not None:
         summary["tool_recording"] = recording.stats()
     for where in {cfg.out, cfg.record} - {None}:
-        _write(Path(where), samples, summary)
+        _write(Path(where), samples, trajectories, summary)
     return summary, samples
 
 
 def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recording: Any, judge: Any
-                   ) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any]]:
+                   ) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any], list[Any]]:
     from algorithms.rollout import SamplingParams, run_episodes
 
     env_kwargs = dict(cfg.env_kwargs)
@@ -177,7 +179,7 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
             "pred": c.get("pred"), "gold": c.get("gold"),
             "response": engine.tokenizer.decode(t.response_ids),
         })
-    return samples, summarize(samples, cfg.ks), asdict(params)
+    return samples, summarize(samples, cfg.ks), asdict(params), trajs
 
 
 def _judge(cfg: EvalConfig, folder: Path | None, replay: bool) -> Any:
@@ -201,8 +203,11 @@ def _judge(cfg: EvalConfig, folder: Path | None, replay: bool) -> Any:
     return LLMJudge(base_url=url, model=model, cache_path=str(verdicts))
 
 
-def _write(out: Path, samples: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+def _write(out: Path, samples: list[dict[str, Any]], trajectories: list[Any], summary: dict[str, Any]) -> None:
+    from algorithms.rollout.trajectory import write_jsonl
+
     out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(trajectories, out / "trajectories.jsonl")
     with open(out / "samples.jsonl", "w") as f:
         for s in samples:
             f.write(json.dumps(s, default=str) + "\n")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from algorithms.rollout.trajectory import read_jsonl
 from baselines.evaluation.evaluate import EvalConfig, evaluate
 
 
@@ -28,6 +29,10 @@ def test_evaluate_writes_samples_and_summary(tmp_path, tiny_model_path, baseline
     assert m["pass@1"] == pytest.approx(sum(r["correct"] for r in rows) / 6)
     assert all(r["response_tokens"] <= 24 for r in rows)
     assert json.loads((tmp_path / "summary.json").read_text())["env"]["tools"] == ["python"]
+    # the same episodes in tokens, in the same order, for `agent-envs analyze`
+    trajs = read_jsonl(tmp_path / "trajectories.jsonl")
+    assert [(t.task_id, t.tool_calls, t.num_generated) for t in trajs] == [
+        (r["task_id"], r["tool_calls"], r["response_tokens"]) for r in rows]
     if baseline == "cot":
         assert all(r["tool_calls"] == 0 for r in rows)
 
