@@ -98,7 +98,7 @@ def test_types_are_checked_from_annotations_even_where_the_default_is_none():
     cfg = build_config(LearnerConfig, None, ["lr=1", "clip_ratio_c=null", "adam_betas=[0.9, 0.95]"])
     assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.clip_ratio_c is None
     assert cfg.adam_betas == (0.9, 0.95)
-    with pytest.raises(ValueError, match=r"'engine' must be one of \['hf', 'vllm'\]"):
+    with pytest.raises(ValueError, match=r"'engine' must be one of \['hf', 'vllm', 'vllm-server'\]"):
         LearnerConfig(engine="sglang").validate()
 
 
