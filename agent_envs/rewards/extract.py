@@ -36,6 +36,12 @@ def last_boxed(text: str) -> str | None:
 
 def answer_span(text: str) -> str | None:
     """Content of the last complete `<answer>...</answer>` block, or None."""
+    start = text.find("<answer>")
+    if start < 0:
+        return None
+    if text.find("<answer>", start + 8) < 0:  # one opening tag (the usual case): one block at most
+        end = text.find("</answer>", start + 8)
+        return text[start + 8 : end] if end >= 0 else None
     blocks = _ANSWER_RE.findall(text)
     return blocks[-1] if blocks else None
 
