@@ -45,6 +45,25 @@ def median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
+class Clock:
+    """Wall-clock and thread CPU time of each `with` block. CPU time leaves out the time the
+    process waited for a core, so it holds still on a loaded machine where wall time does not."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def __enter__(self) -> None:
+        self._cpu, self._wall = time.thread_time(), time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall.append(time.perf_counter() - self._wall)
+        self.cpu.append(time.thread_time() - self._cpu)
+
+    def samples(self, name: str) -> dict[str, list[float]]:
+        return {name: self.wall, f"{name}_cpu": self.cpu}
+
+
 # -- the two sides: each a process answering one measurement per request -----------------------
 
 
@@ -68,44 +87,40 @@ class Ours:
 
     def steps(self, kind: str, n: int, start: int) -> dict:
         env = self.envs[kind]
-        resets, steps, rewards = [], [], []
+        resets, steps, rewards = Clock(), Clock(), []
         for i in range(start, start + n):
-            t0 = time.perf_counter()
-            env.reset(seed=i)
-            resets.append(time.perf_counter() - t0)
+            with resets:
+                env.reset(seed=i)
             action = self.answer(env)
-            t0 = time.perf_counter()
-            reward = env.step(action)[1]
-            steps.append(time.perf_counter() - t0)
+            with steps:
+                reward = env.step(action)[1]
             rewards.append(reward)
-        return {"reset": resets, "step": steps, "reward": statistics.fmean(rewards)}
+        return {**resets.samples("reset"), **steps.samples("step"), "reward": statistics.fmean(rewards)}
 
     def grading_floor(self, kind: str, n: int, start: int) -> dict:
         """The reward recipe alone on the same answers: the floor an answer step cannot beat."""
         env = self.envs[kind]
-        recipe, times = env.unwrapped.reward_fn, []
+        recipe, times = env.unwrapped.reward_fn, Clock()
         for i in range(start, start + n):
             env.reset(seed=i)
             task, action = env.unwrapped.task, self.answer(env)
-            t0 = time.perf_counter()
-            recipe(task, action, True, {})
-            times.append(time.perf_counter() - t0)
-        return {"step": times}
+            with times:
+                recipe(task, action, True, {})
+        return times.samples("step")
 
     def vec(self, rounds: int, start: int, sync: bool = False) -> dict:
         key = "vec_sync" if sync else "vec"
         if key not in self.envs:
             self.envs[key] = (self.gym.make_vec("AgentQA-HotpotQA-v0", num_envs=N_VEC, vectorization_mode="sync")
                               if sync else self.vector.make("AgentQA-HotpotQA-v0", num_envs=N_VEC))
-        venv, times, rewards = self.envs[key], [], []
+        venv, times, rewards = self.envs[key], Clock(), []
         for r in range(start, start + rounds):
             venv.reset(seed=r * N_VEC)
             actions = [self.answer(e) for e in venv.envs]
-            t0 = time.perf_counter()
-            out = venv.step(actions)
-            times.append(time.perf_counter() - t0)
+            with times:
+                out = venv.step(actions)
             rewards.append(float(out[1].mean()))
-        return {"step": times, "reward": statistics.fmean(rewards)}
+        return {**times.samples("step"), "reward": statistics.fmean(rewards)}
 
 
 class Gem:
@@ -145,30 +160,27 @@ class Gem:
 
     def steps(self, kind: str, n: int, start: int) -> dict:
         env = self.envs[kind]
-        resets, steps, rewards = [], [], []
+        resets, steps, rewards = Clock(), Clock(), []
         for i in range(start, start + n):
-            t0 = time.perf_counter()
-            env.reset(seed=i)
-            resets.append(time.perf_counter() - t0)
+            with resets:
+                env.reset(seed=i)
             action = answer_text(self.gold(env))
-            t0 = time.perf_counter()
-            reward = env.step(action)[1]
-            steps.append(time.perf_counter() - t0)
+            with steps:
+                reward = env.step(action)[1]
             rewards.append(float(reward))
-        return {"reset": resets, "step": steps, "reward": statistics.fmean(rewards)}
+        return {**resets.samples("reset"), **steps.samples("step"), "reward": statistics.fmean(rewards)}
 
     def vec(self, rounds: int, start: int) -> dict:
         if not hasattr(self, "venv"):
             self.venv = self.make_vec()
-        times, rewards = [], []
+        times, rewards = Clock(), []
         for r in range(start, start + rounds):
             self.venv.reset(seed=r * N_VEC)
             actions = [answer_text(self.gold(e)) for e in self.venv.envs]
-            t0 = time.perf_counter()
-            out = self.venv.step(actions)
-            times.append(time.perf_counter() - t0)
+            with times:
+                out = self.venv.step(actions)
             rewards.append(float(out[1].mean()))
-        return {"step": times, "reward": statistics.fmean(rewards)}
+        return {**times.samples("step"), "reward": statistics.fmean(rewards)}
 
 
 def serve(side: str, data_dir: str) -> None:
@@ -266,39 +278,46 @@ def main() -> None:
 
 
 def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
-    vec_ours = N_VEC / statistics.median(ours.samples["vec"]["step"])
     for name in ("qa", "math", *WORLD_IDS, "vec"):
         if ours.reward(name) != 1.0:
             raise SystemExit(f"our {name} answers earned {ours.reward(name):.3f}, not 1: the benchmark is broken")
-    if gem is None:
-        print(f"\nno GEM interpreter (--peer-python or ${PEER_ENV}): B is our own floor")
-        print(f"{'measure':<28} {'ours':>12} {'floor':>12} {'ours/floor':>11}")
-        for kind, label in (("qa", "QA answer step (HotpotQA)"), ("math", "math answer step (MATH500)")):
-            a, b = ours.median_us(kind), ours.median_us(f"{kind}_floor")
-            print(f"{label:<28} {a:9.1f} us {b:9.1f} us {a / b:10.2f}x  (floor: grading alone)")
-        sync = N_VEC / statistics.median(ours.samples["vec_sync"]["step"])
-        print(f"{'64 QA envs answering':<28} {vec_ours:7.0f} st/s {sync:7.0f} st/s {vec_ours / sync:10.2f}x  "
-              "(floor: gymnasium SyncVectorEnv)")
-    else:
+    if gem is not None:
         for name in ("qa", "vec"):
             if gem.reward(name) != 1.0:
                 raise SystemExit(f"GEM's {name} answers earned {gem.reward(name):.3f}, not 1: the benchmark is broken")
-        vec_gem = N_VEC / statistics.median(gem.samples["vec"]["step"])
-        print(f"\nmedians; {args.repeat} steps and {args.rounds} vector rounds per side in {args.blocks} alternating blocks")
-        print(f"{'measure':<28} {'ours':>12} {'GEM 0.1.0':>12} {'speed-up':>9}")
-        rows = [("QA answer step (HotpotQA)", ours.median_us("qa"), gem.median_us("qa")),
-                ("math answer step (MATH500)", ours.median_us("math"), gem.median_us("math")),
-                ("  GEM math with use_mp=False", ours.median_us("math"), gem.median_us("math_inproc")),
-                ("reset(seed) (HotpotQA)", ours.median_us("qa", "reset"), gem.median_us("qa", "reset"))]
-        for label, a, b in rows:
-            print(f"{label:<28} {a:9.1f} us {b:9.1f} us {b / a:8.2f}x")
-        print(f"{'64 QA envs answering':<28} {vec_ours:7.0f} st/s {vec_gem:7.0f} st/s {vec_ours / vec_gem:8.2f}x"
-              f"  (GEM: SyncVectorEnv, next-step autoreset)")
-        print(f"GEM math reward (its grader on MATH500 golds): {gem.reward('math'):.3f}")
-    print("\nprocedural worlds (ours only)")
+    b_side, b_name = (gem, "GEM 0.1.0") if gem else (ours, "floor")
+    rows = [("QA answer step (HotpotQA)", "qa", "step", "qa" if gem else "qa_floor"),
+            ("math answer step (MATH500)", "math", "step", "math" if gem else "math_floor")]
+    if gem:
+        rows += [("  GEM math, use_mp=False", "math", "step", "math_inproc"),
+                 ("reset(seed) (HotpotQA)", "qa", "reset", "qa")]
+    else:
+        print(f"\nno GEM interpreter (--peer-python or ${PEER_ENV}): B is our own floor, grading alone "
+              "and gymnasium's SyncVectorEnv")
+    print(f"\nmedians of {args.repeat} steps / {args.rounds} vector rounds per side, {args.blocks} alternating blocks;"
+          " A/B > 1: ours is faster")
+    print(f"{'':<28} {'wall clock':^36}   {'thread CPU time':^36}")
+    print(f"{'measure':<28} {'ours':>11} {b_name:>11} {'B/A':>10}   {'ours':>11} {b_name:>11} {'B/A':>10}")
+    for label, a, key, b in rows:
+        cells = []
+        for k in (key, f"{key}_cpu"):
+            x, y = ours.median_us(a, k), b_side.median_us(b, k)
+            cells.append(f"{x:8.1f} us {y:8.1f} us {y / x:9.2f}x")
+        print(f"{label:<28} " + "   ".join(cells))
+    b_vec = "vec" if gem else "vec_sync"
+    cells = []
+    for k in ("step", "step_cpu"):
+        x = N_VEC / statistics.median(ours.samples["vec"][k])
+        y = N_VEC / statistics.median(b_side.samples[b_vec][k])
+        cells.append(f"{x:6.0f} st/s {y:6.0f} st/s {x / y:9.2f}x")
+    print(f"{'64 QA envs answering':<28} " + "   ".join(cells))
+    if gem:
+        print("(GEM: QaEnv(extract_boxed=True), MathEnv defaults (use_mp=True), SyncVectorEnv in next-step "
+              f"autoreset; its math reward on the MATH500 golds: {gem.reward('math'):.3f})")
+    print("\nprocedural worlds (ours only)           wall clock            thread CPU time")
     for env_id in WORLD_IDS:
-        print(f"{env_id:<28} reset(seed) {ours.median_us(env_id, 'reset'):6.1f} us   "
-              f"answer step {ours.median_us(env_id):6.1f} us")
+        print(f"{env_id:<24} reset(seed) {ours.median_us(env_id, 'reset'):6.1f} us answer {ours.median_us(env_id):6.1f} us"
+              f"   reset(seed) {ours.median_us(env_id, 'reset_cpu'):6.1f} us answer {ours.median_us(env_id, 'step_cpu'):6.1f} us")
 
 
 if __name__ == "__main__":
