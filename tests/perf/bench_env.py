@@ -46,19 +46,20 @@ def median_us(samples: list[float]) -> float:
 
 
 class Clock:
-    """Wall-clock and thread CPU time of each `with` block. CPU time leaves out the time the
-    process waited for a core, so it holds still on a loaded machine where wall time does not."""
+    """Wall-clock and process CPU time (all its threads: work a side hands to a loop thread
+    counts) of each `with` block. CPU time leaves out the time the process waited for a core, so
+    it holds still on a loaded machine where the wall clock does not."""
 
     def __init__(self) -> None:
         self.wall: list[float] = []
         self.cpu: list[float] = []
 
     def __enter__(self) -> None:
-        self._cpu, self._wall = time.thread_time(), time.perf_counter()
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
         self.wall.append(time.perf_counter() - self._wall)
-        self.cpu.append(time.thread_time() - self._cpu)
+        self.cpu.append(time.process_time() - self._cpu)
 
     def samples(self, name: str) -> dict[str, list[float]]:
         return {name: self.wall, f"{name}_cpu": self.cpu}
@@ -208,7 +209,7 @@ class Side:
             raise RuntimeError(f"the {side} benchmark worker ({python}) did not start; its error is above")
         self.samples: dict[str, dict[str, list]] = {}
 
-    def ask(self, name: str, **request) -> None:
+    def ask(self, name: str, **request: object) -> None:
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -227,6 +228,21 @@ class Side:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=30)
+
+
+def _floor_request(request: dict) -> dict:
+    """The in-process baseline of one of our measurements (no-peer mode)."""
+    if request["call"] == "vec":
+        return {**request, "name": "vec_sync", "sync": True}
+    return {**request, "name": f"{request['kind']}_floor", "call": "grading_floor"}
+
+
+def _swapped(pairs: list) -> list:
+    """The same requests with each A/B pair in the other order."""
+    out = list(pairs)
+    for i in range(0, len(out) - 1, 2):
+        out[i], out[i + 1] = out[i + 1], out[i]
+    return out
 
 
 def load() -> str:
@@ -257,19 +273,26 @@ def main() -> None:
     gem = Side(peer, "gem", data_dir) if peer else None
     print(load())
     n, r = max(1, args.repeat // args.blocks), max(1, args.rounds // args.blocks)
-    for b in range(args.blocks):  # A and B alternate block by block, on the same seeds
-        for kind in ("qa", "math", *WORLD_IDS):
-            ours.ask(kind, call="steps", kind=kind, n=n, start=b * n)
-        ours.ask("vec", call="vec", rounds=r, start=b * r)
+    for b in range(args.blocks):
+        # A and B take turns measure by measure, on the same seeds, and swap who goes first every
+        # block: neither side always runs right after the other (CPU schedulers favour a
+        # process that just slept).
+        pairs = [(ours, dict(name="qa", call="steps", kind="qa", n=n, start=b * n)),
+                 (ours, dict(name="math", call="steps", kind="math", n=n, start=b * n)),
+                 (ours, dict(name="vec", call="vec", rounds=r, start=b * r))]
         if gem is None:
-            for kind in ("qa", "math"):
-                ours.ask(f"{kind}_floor", call="grading_floor", kind=kind, n=n, start=b * n)
-            ours.ask("vec_sync", call="vec", rounds=r, start=b * r, sync=True)
-            continue
-        gem.ask("qa", call="steps", kind="qa", n=n, start=b * n)
-        gem.ask("math", call="steps", kind="math", n=max(1, n // 10), start=b * n)  # ~5 ms a step
-        gem.ask("math_inproc", call="steps", kind="math_inproc", n=max(1, n // 10), start=b * n)
-        gem.ask("vec", call="vec", rounds=r, start=b * r)
+            pairs = [p for mine in pairs for p in (mine, (ours, _floor_request(mine[1])))]
+        else:
+            theirs = [dict(name="qa", call="steps", kind="qa", n=n, start=b * n),
+                      dict(name="math", call="steps", kind="math", n=max(1, n // 10), start=b * n),  # ~5 ms a step
+                      dict(name="vec", call="vec", rounds=r, start=b * r)]
+            pairs = [p for mine, other in zip(pairs, theirs, strict=True) for p in (mine, (gem, other))]
+            pairs.append((gem, dict(name="math_inproc", call="steps", kind="math_inproc", n=max(1, n // 10),
+                                    start=b * n)))
+        for side, request in pairs if b % 2 == 0 else _swapped(pairs):
+            side.ask(**request)
+        for kind in WORLD_IDS:
+            ours.ask(name=kind, call="steps", kind=kind, n=n, start=b * n)
     report(ours, gem, args)
     print(load())
     ours.close()
@@ -296,7 +319,7 @@ def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
               "and gymnasium's SyncVectorEnv")
     print(f"\nmedians of {args.repeat} steps / {args.rounds} vector rounds per side, {args.blocks} alternating blocks;"
           " A/B > 1: ours is faster")
-    print(f"{'':<28} {'wall clock':^36}   {'thread CPU time':^36}")
+    print(f"{'':<28} {'wall clock':^36}   {'process CPU time':^36}")
     print(f"{'measure':<28} {'ours':>11} {b_name:>11} {'B/A':>10}   {'ours':>11} {b_name:>11} {'B/A':>10}")
     for label, a, key, b in rows:
         cells = []
@@ -314,7 +337,7 @@ def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
     if gem:
         print("(GEM: QaEnv(extract_boxed=True), MathEnv defaults (use_mp=True), SyncVectorEnv in next-step "
               f"autoreset; its math reward on the MATH500 golds: {gem.reward('math'):.3f})")
-    print("\nprocedural worlds (ours only)           wall clock            thread CPU time")
+    print("\nprocedural worlds (ours only)           wall clock            process CPU time")
     for env_id in WORLD_IDS:
         print(f"{env_id:<24} reset(seed) {ours.median_us(env_id, 'reset'):6.1f} us answer {ours.median_us(env_id):6.1f} us"
               f"   reset(seed) {ours.median_us(env_id, 'reset_cpu'):6.1f} us answer {ours.median_us(env_id, 'step_cpu'):6.1f} us")
