@@ -212,11 +212,7 @@ class ToolEnv(gym.Env[str, str]):
         self.action_space = UnicodeText(max_length=1 << 24)
         self.metrics = ToolMetrics()
         self.state: EpisodeState | None = None
-        # Fixed for the env's life, so computed once rather than on every reset and step.
-        self._tool_list = list(self.tools.values())
-        self._system_text = (system_prompt if system_prompt is not None
-                             else self.protocol.system_prompt(self._tool_list))
-        self._stops = self.protocol.stop_sequences(list(self.tools))
+        self._setup: tuple = ()  # see `_prompt_setup`
 
     # -- public API -------------------------------------------------------------------------
 
@@ -228,7 +224,7 @@ class ToolEnv(gym.Env[str, str]):
 
     @property
     def stop_sequences(self) -> list[str]:
-        return list(self._stops)
+        return list(self._prompt_setup()[2])
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return self.protocol.format_observation(text, tool)
@@ -245,15 +241,15 @@ class ToolEnv(gym.Env[str, str]):
             elif not 0 <= index < len(self.tasks):
                 raise IndexError(f"options['index']={index} is out of range for {len(self.tasks)} tasks")
             task = self.tasks[index]
-        tools = self._tool_list
-        messages = self.protocol.messages(task.question, tools, self._system_text)
+        tools, system, stops = self._prompt_setup()
+        messages = self.protocol.messages(task.question, tools, system)
         prompt = self.protocol.render_prompt(messages, self.tokenizer, tools)
         self.state = EpisodeState.start(task, index, prompt, tuple(messages))
         info: dict[str, Any] = {
             "messages": messages,
             "task_id": task.id,
             "index": index,
-            "stop_sequences": list(self._stops),
+            "stop_sequences": list(stops),
             "prompt_version": PROMPT_VERSION,
         }
         if self.tokenizer is not None:
@@ -354,6 +350,18 @@ class ToolEnv(gym.Env[str, str]):
 
     # -- internals --------------------------------------------------------------------------
 
+    def _prompt_setup(self) -> tuple[list[Tool], str, list[str]]:
+        """The enabled tools as a list, the system prompt and the stop strings: built once, not on
+        every reset and step, and again only when `tools` or `system_prompt_text` is replaced
+        (the prompting baselines swap both on a built env)."""
+        setup = self._setup
+        if not setup or setup[0] is not self.tools or setup[1] is not self.system_prompt_text:
+            tools = list(self.tools.values())
+            text = self.system_prompt_text
+            system = text if text is not None else self.protocol.system_prompt(tools)
+            setup = self._setup = (self.tools, text, tools, system, self.protocol.stop_sequences(list(self.tools)))
+        return setup[2], setup[3], setup[4]
+
     def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
         """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""
         st = self.state
@@ -367,7 +375,7 @@ class ToolEnv(gym.Env[str, str]):
         # tokenizer (ASCII text has none, and most actions are ASCII)
         if not action.isascii():
             action = action.encode("utf-8", "replace").decode("utf-8")
-        parsed = self.protocol.parse(action, self._tool_list)
+        parsed = self.protocol.parse(action, self._prompt_setup()[0])
         st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags)
         info: dict[str, Any] = {
             "parsed_action": parsed.text,
