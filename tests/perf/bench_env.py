@@ -2,7 +2,7 @@
 
     python tests/perf/bench_env.py [--peer-python PATH] [--repeat 2000] [--rounds 50] [--blocks 5]
 
-What is timed (medians, wall clock, one thread per side):
+What is timed (medians of wall clock and of process CPU time, one thread per side):
 - an answer step right after `reset`: the task's golden answer as `<think>..</think><answer>
   The answer is \\boxed{gold}. </answer>` on HotpotQA (ARPO eval split) and MATH500, the same
   tasks and the same text on both sides (every step must earn reward 1; the script checks);
@@ -11,12 +11,13 @@ What is timed (medians, wall clock, one thread per side):
   `ToolVectorEnv` against GEM's `SyncVectorEnv` in next-step autoreset mode (its fastest);
 - our procedural worlds (no GEM counterpart): reset and answer step of each family's default id.
 
-GEM lives in its own virtual environment (its pins differ from ours): name its interpreter with
-`--peer-python` or `AGENT_ENVS_PEER_PYTHON` (`pip install ".[bench]"` into that venv gives
-GEM and the packages its wheel lacks). Each side runs in its own process, started by this
-script; the sides take turns block by block so machine load hits both alike; the load average
-is printed before and after. Without GEM, the B side is our own floor: grading the same answer
-with the reward recipe alone, and Gymnasium's `SyncVectorEnv` of the same id.
+GEM lives in its own virtual environment (its pins differ from ours): install the `bench`
+extra's list there (`pip install "gem-llm==0.1.0" datasets requests pylatexenc`: GEM and what its
+wheel lacks) and name that interpreter with `--peer-python` or `AGENT_ENVS_PEER_PYTHON`. Each side
+runs in its own process, started by this script; the sides take turns measure by measure, and who
+goes first swaps every block, so machine load hits both alike; the load average is printed before
+and after. Without GEM, the B side is our own floor: grading the same answer with the reward
+recipe alone, and Gymnasium's `SyncVectorEnv` of the same id.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 os.environ.update(THREADS)
 PEER_ENV = "AGENT_ENVS_PEER_PYTHON"
@@ -256,10 +259,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2000, help="single-env steps per side")
     parser.add_argument("--rounds", type=int, default=50, help="64-env vector steps per side")
     parser.add_argument("--blocks", type=int, default=5, help="turns each side takes (A, B, A, B, ...)")
-    parser.add_argument("--data-dir", default=None, help="benchmark data folder (default: $AGENT_ENVS_DATA_DIR)")
+    parser.add_argument("--data-dir", default=None,
+                        help="benchmark data folder (default: $AGENT_ENVS_DATA_DIR, else shared/data beside the repository)")
     parser.add_argument("--serve", choices=("ours", "gem"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    data_dir = args.data_dir or os.environ.get("AGENT_ENVS_DATA_DIR")
+    data_dir = args.data_dir or os.environ.get("AGENT_ENVS_DATA_DIR") or str(REPO.parent / "shared" / "data")
     if not data_dir or not os.path.isdir(data_dir):
         sys.exit(f"benchmark data folder {data_dir!r} not found: set AGENT_ENVS_DATA_DIR or pass --data-dir")
     if args.serve:
