@@ -22,8 +22,8 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -100,6 +100,14 @@ class EpisodeState:
     flags: tuple[str, ...] = ()
     done: bool = False
 
+    @classmethod
+    def start(cls, task: Task, index: int, prompt: str, messages: tuple[dict, ...]) -> EpisodeState:
+        """The state at reset: what `EpisodeState(task, index, prompt, messages)` gives, at a
+        third of the cost of a frozen dataclass's `__init__` (this runs on every reset)."""
+        new = object.__new__(cls)
+        new.__dict__.update(_FRESH, task=task, index=index, prompt=prompt, messages=messages)
+        return new
+
     def evolve(self, **changes: Any) -> EpisodeState:
         """A copy with `changes` applied (a fast `dataclasses.replace`: this runs on every step)."""
         new = object.__new__(EpisodeState)
@@ -109,11 +117,17 @@ class EpisodeState:
 
     @property
     def response(self) -> str:
-        return "".join(text for text, _ in self.segments)
+        segments = self.segments
+        if len(segments) == 1:  # an answer right after the prompt: nothing to join
+            return segments[0][0]
+        return "".join([text for text, _ in segments])
 
     @property
     def call_counts(self) -> dict[str, int]:
         return dict(self.calls)
+
+
+_FRESH = {f.name: f.default for f in fields(EpisodeState) if f.default is not MISSING}
 
 
 @dataclass
@@ -198,6 +212,7 @@ class ToolEnv(gym.Env[str, str]):
         self.action_space = UnicodeText(max_length=1 << 24)
         self.metrics = ToolMetrics()
         self.state: EpisodeState | None = None
+        self._setup: tuple = ()  # see `_prompt_setup`
 
     # -- public API -------------------------------------------------------------------------
 
@@ -209,7 +224,7 @@ class ToolEnv(gym.Env[str, str]):
 
     @property
     def stop_sequences(self) -> list[str]:
-        return self.protocol.stop_sequences(list(self.tools))
+        return list(self._prompt_setup()[2])
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return self.protocol.format_observation(text, tool)
@@ -226,15 +241,15 @@ class ToolEnv(gym.Env[str, str]):
             elif not 0 <= index < len(self.tasks):
                 raise IndexError(f"options['index']={index} is out of range for {len(self.tasks)} tasks")
             task = self.tasks[index]
-        tools = list(self.tools.values())
-        messages = self.protocol.messages(task.question, tools, self.system_prompt_text)
+        tools, system, stops = self._prompt_setup()
+        messages = self.protocol.messages(task.question, tools, system)
         prompt = self.protocol.render_prompt(messages, self.tokenizer, tools)
-        self.state = EpisodeState(task=task, index=index, prompt=prompt, messages=tuple(messages))
+        self.state = EpisodeState.start(task, index, prompt, tuple(messages))
         info: dict[str, Any] = {
             "messages": messages,
             "task_id": task.id,
             "index": index,
-            "stop_sequences": self.stop_sequences,
+            "stop_sequences": list(stops),
             "prompt_version": PROMPT_VERSION,
         }
         if self.tokenizer is not None:
@@ -242,20 +257,40 @@ class ToolEnv(gym.Env[str, str]):
         return prompt, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            st, parsed, info, end = self._begin(action)
-            if end is not None:  # answers and budget ends need no event loop: keep them cheap
-                return self._finish(st, info, *end)
-            return asyncio.run_coroutine_threadsafe(self._act(st, parsed, info), background_loop()).result()
-        raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
+        # `_get_running_loop` answers None where `get_running_loop` would raise: no exception per step
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
+        st, parsed, info, end = self._begin(action)
+        if end is not None:  # answers and budget ends need no event loop: keep them cheap
+            return self._finish(st, info, *end)
+        return asyncio.run_coroutine_threadsafe(self._act(st, parsed, info), background_loop()).result()
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:
         st, parsed, info, end = self._begin(action)
         if end is not None:
             return await self._afinish(st, info, *end)
         return await self._act(st, parsed, info)
+
+    def step_or_defer(self, action: str) -> tuple[tuple[str, float, bool, bool, dict] | None, Coroutine | None]:
+        """The step's result now when it needs no waiting (an answer graded in-process), else the
+        coroutine that finishes it (a tool call, a judge request, symbolic math).
+
+        Exactly one of the pair is None. A batch of answers then costs no event-loop round trip;
+        `await`ing the coroutine gives what `astep` would have.
+        """
+        st, parsed, info, end = self._begin(action)
+        if end is None:
+            return None, self._act(st, parsed, info)
+        grade_now = getattr(self.reward_fn, "grade_now", None)
+        if grade_now is None:
+            if getattr(self.reward_fn, "acall", None) is None:  # a plain callable: astep calls it inline too
+                return self._finish(st, info, *end), None
+            return None, self._afinish(st, info, *end)
+        graded = self._grading_inputs(st)
+        reward = grade_now(st.task, graded[0], graded[1], dict(st.calls))
+        if reward is None:
+            return None, self._afinish(st, info, *end, graded=graded)
+        return self._finish(st, info, *end, reward=reward, graded=graded), None
 
     def truncate(self, why: str = "response_budget") -> tuple[float, dict]:
         """End the episode from outside, e.g. when a runner's token budget ran out.
@@ -315,6 +350,18 @@ class ToolEnv(gym.Env[str, str]):
 
     # -- internals --------------------------------------------------------------------------
 
+    def _prompt_setup(self) -> tuple[list[Tool], str, list[str]]:
+        """The enabled tools as a list, the system prompt and the stop strings: built once, not on
+        every reset and step, and again only when `tools` or `system_prompt_text` is replaced
+        (the prompting baselines swap both on a built env)."""
+        setup = self._setup
+        if not setup or setup[0] is not self.tools or setup[1] is not self.system_prompt_text:
+            tools = list(self.tools.values())
+            text = self.system_prompt_text
+            system = text if text is not None else self.protocol.system_prompt(tools)
+            setup = self._setup = (self.tools, text, tools, system, self.protocol.stop_sequences(list(self.tools)))
+        return setup[2], setup[3], setup[4]
+
     def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
         """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""
         st = self.state
@@ -324,11 +371,12 @@ class ToolEnv(gym.Env[str, str]):
             raise RuntimeError(f"episode of task {st.task.id!r} is over; call env.reset() before stepping again")
         if not isinstance(action, str):
             raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
-        # lone surrogates and other unencodable text are replaced, never allowed to crash a tokenizer
-        action = action.encode("utf-8", "replace").decode("utf-8")
-        parsed = self.protocol.parse(action, list(self.tools.values()))
-        st = self._append(st, parsed.text, by_model=True)
-        st = st.evolve(turns=st.turns + 1, flags=st.flags + parsed.flags)
+        # lone surrogates and other unencodable text are replaced, never allowed to crash a
+        # tokenizer (ASCII text has none, and most actions are ASCII)
+        if not action.isascii():
+            action = action.encode("utf-8", "replace").decode("utf-8")
+        parsed = self.protocol.parse(action, self._prompt_setup()[0])
+        st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags)
         info: dict[str, Any] = {
             "parsed_action": parsed.text,
             "tool": parsed.tool,
@@ -356,11 +404,13 @@ class ToolEnv(gym.Env[str, str]):
         info.update(self._episode_info(st))
         return obs, 0.0, False, False, info
 
-    def _append(self, st: EpisodeState, text: str, by_model: bool) -> EpisodeState:
+    def _append(self, st: EpisodeState, text: str, by_model: bool, **changes: Any) -> EpisodeState:
+        """`st` with `text` appended to the response, and any other `changes` in the same copy."""
         tokens = st.tokens
         if self.tokenizer is not None and text:
             tokens += len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return st.evolve(segments=st.segments + ((text, by_model),), chars=st.chars + len(text), tokens=tokens)
+        return st.evolve(segments=st.segments + ((text, by_model),), chars=st.chars + len(text), tokens=tokens,
+                         **changes)
 
     def _over_budget(self, st: EpisodeState) -> bool:
         if st.chars > self.max_response_chars:
@@ -417,12 +467,15 @@ class ToolEnv(gym.Env[str, str]):
         format_ok, format_error = self.protocol.check_format(response, self.prefill)
         return response, format_ok, format_error
 
-    async def _afinish(self, st: EpisodeState, info: dict, truncated: bool, why: str) -> tuple[str, float, bool, bool, dict]:
+    async def _afinish(
+        self, st: EpisodeState, info: dict, truncated: bool, why: str,
+        graded: tuple[str, bool, str | None] | None = None,
+    ) -> tuple[str, float, bool, bool, dict]:
         """`_finish` inside an event loop: a reward with an async path (an LLM judge) is awaited."""
         acall = getattr(self.reward_fn, "acall", None)
         if acall is None:
-            return self._finish(st, info, truncated, why)
-        graded = self._grading_inputs(st)
+            return self._finish(st, info, truncated, why, graded=graded)
+        graded = graded or self._grading_inputs(st)
         reward = await acall(st.task, graded[0], graded[1], st.call_counts)
         return self._finish(st, info, truncated, why, reward, graded)
 
@@ -434,23 +487,23 @@ class ToolEnv(gym.Env[str, str]):
         self.state = st
         response, format_ok, format_error = graded or self._grading_inputs(st)
         if reward is None:
-            reward = self.reward_fn(st.task, response, format_ok, st.call_counts)
+            reward = self.reward_fn(st.task, response, format_ok, dict(st.calls))
         info.update(self._episode_info(st))
         info.update(reward.components)
-        info.update(
-            format_ok=format_ok,
-            format_error=format_error,
-            end_reason=why,
-            truncated=truncated,
-            reward=reward.score,
-        )
-        return "", float(reward.score), not truncated, truncated, info
+        score = reward.score
+        info["format_ok"] = format_ok
+        info["format_error"] = format_error
+        info["end_reason"] = why
+        info["truncated"] = truncated
+        info["reward"] = score
+        return "", float(score), not truncated, truncated, info
 
     @staticmethod
     def _episode_info(st: EpisodeState) -> dict[str, Any]:
+        counts = dict(st.calls)
         return {
-            "n_calls": st.call_counts,
-            "tool_calls": sum(st.call_counts.values()),
+            "n_calls": counts,
+            "tool_calls": sum(counts.values()),
             "n_invalid_calls": st.invalid_calls,
             "limit_hit": st.limit_hit,
             "turns": st.turns,

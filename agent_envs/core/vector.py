@@ -3,7 +3,9 @@
 Gymnasium's `make_vec(..., vectorization_mode="sync")` works with every env id here and steps
 envs one after another. RL rollouts step hundreds of episodes whose tool calls take
 milliseconds to seconds, so `ToolVectorEnv` steps them concurrently on one event loop: a slow
-tool call of one episode never blocks the others.
+tool call of one episode never blocks the others. Answers need no I/O: they are graded in
+the calling thread, in one pass over the batch, and only the steps that wait (tool calls, a
+judge request, symbolic math) go to the loop.
 
     >>> import agent_envs
     >>> venv = ToolVectorEnv.make("AgentMath-v0", num_envs=4)
@@ -22,7 +24,7 @@ generation finished.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -60,30 +62,66 @@ class ToolVectorEnv:
         return [r[0] for r in results], [r[1] for r in results]
 
     async def astep(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
-        if len(actions) != self.num_envs:
-            raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
-        results = await asyncio.gather(*(self._step_one(i, a) for i, a in enumerate(actions)))
-        obs, rew, term, trunc, infos = zip(*results, strict=True)
-        return list(obs), np.array(rew, dtype=np.float64), np.array(term), np.array(trunc), list(infos)
+        results, waiting = self._step_now(actions)
+        if waiting:
+            for i, result in zip(waiting, await _gather(list(waiting.values())), strict=True):
+                results[i] = self._record(i, result)
+        return self._batch(results)
 
     def step(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run_coroutine_threadsafe(self.astep(actions), background_loop()).result()
-        raise RuntimeError("step() was called inside a running event loop; use `await venv.astep(actions)` there")
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError("step() was called inside a running event loop; use `await venv.astep(actions)` there")
+        results, waiting = self._step_now(actions)
+        if waiting:  # only tool calls (and judge or symbolic grading) pay for the event loop
+            done = asyncio.run_coroutine_threadsafe(_gather(list(waiting.values())), background_loop()).result()
+            for i, result in zip(waiting, done, strict=True):
+                results[i] = self._record(i, result)
+        return self._batch(results)
 
-    async def _step_one(self, i: int, action: str | None) -> tuple[str, float, bool, bool, dict]:
-        if self._needs_reset[i] and self.autoreset:
-            self._needs_reset[i] = False
-            obs, info = self.envs[i].reset()
-            return obs, 0.0, False, False, {**info, "autoreset": True}
-        if action is None:
-            return "", 0.0, False, False, {"skipped": True}
-        obs, reward, terminated, truncated, info = await self.tool_env(i).astep(action)
-        self._needs_reset[i] = terminated or truncated
-        return obs, reward, terminated, truncated, info
+    def _step_now(self, actions: Sequence[str | None]) -> tuple[list, dict[int, Coroutine]]:
+        """Step every env whose step needs no waiting (answers, resets, skips) right here; return
+        the results so far and the coroutines of the others (tool calls), by env index.
+
+        Answers need no I/O, so a batch of them is graded in one pass without a coroutine per env.
+        """
+        if len(actions) != self.num_envs:
+            raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
+        results: list = [None] * self.num_envs
+        waiting: dict[int, Coroutine] = {}
+        try:
+            for i, action in enumerate(actions):
+                if self._needs_reset[i] and self.autoreset:
+                    self._needs_reset[i] = False
+                    obs, info = self.envs[i].reset()
+                    results[i] = (obs, 0.0, False, False, {**info, "autoreset": True})
+                elif action is None:
+                    results[i] = ("", 0.0, False, False, {"skipped": True})
+                else:
+                    now, later = self.tool_env(i).step_or_defer(action)
+                    if later is None:
+                        results[i] = self._record(i, now)
+                    else:
+                        waiting[i] = later
+        except BaseException:
+            for coro in waiting.values():  # never started: close them so none is left un-awaited
+                coro.close()
+            raise
+        return results, waiting
+
+    def _record(self, i: int, result: tuple[str, float, bool, bool, dict]) -> tuple[str, float, bool, bool, dict]:
+        self._needs_reset[i] = result[2] or result[3]
+        return result
+
+    @staticmethod
+    def _batch(results: list) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        obs, rew, term, trunc, infos = zip(*results, strict=True)
+        return list(obs), np.array(rew, dtype=np.float64), np.array(term), np.array(trunc), list(infos)
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+async def _gather(coros: list[Coroutine]) -> list:
+    """The steps that wait, run concurrently on the loop this coroutine runs on."""
+    return await asyncio.gather(*coros)

@@ -268,10 +268,13 @@ def math_equal(
     golden_answers: list[str],
     timeout: float = DEFAULT_TIMEOUT_S,
     rel_tol: float = DEFAULT_REL_TOL,
-) -> tuple[bool, dict[str, Any]]:
+    symbolic: bool = True,
+) -> tuple[bool | None, dict[str, Any]]:
     """(equivalent to some golden answer?, components). Never raises; a grader failure gives
     False with `grader_error` set. Components: `math_method` (string, number, choice, list, words,
-    math_verify, sympy, symbolic or none), `gold` (the matching or first golden answer)."""
+    math_verify, sympy, symbolic or none), `gold` (the matching or first golden answer).
+    With `symbolic=False` an answer the cheap checks cannot decide gives None instead of waiting
+    for the symbolic stage (a caller that must not block grades it later)."""
     comps: dict[str, Any] = {"gold": golden_answers[0] if golden_answers else None, "math_method": "none"}
     if pred is None or not golden_answers:
         return False, comps
@@ -287,6 +290,8 @@ def math_equal(
         if not undecided:
             comps["math_method"] = "cheap"
             return False, comps
+        if not symbolic:
+            return None, comps
         from agent_envs.rewards.symbolic import symbolic_equal
 
         ok, method, err = symbolic_equal(pred, undecided, timeout)

@@ -75,15 +75,19 @@ def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
 
 
 def correctness(
-    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S
-) -> dict[str, Any]:
+    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
+    symbolic: bool = True,
+) -> dict[str, Any] | None:
     """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
-    `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`."""
+    `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`. With
+    `symbolic=False`, a math answer that needs the symbolic stage gives None (grade it later)."""
     try:
         comps = _base(task, response)
         pred = comps["pred"]
         if task.reward == "math":
-            ok, mc = math_equal(pred, task.answers, math_timeout)
+            ok, mc = math_equal(pred, task.answers, math_timeout, symbolic=symbolic)
+            if ok is None:
+                return None
             comps.update(mc, math_equal=float(ok), correct=float(ok))
         elif task.reward == "exact":
             comps["correct"] = _exact(task, pred)
@@ -177,6 +181,17 @@ class RewardRecipe:
     ) -> RewardResult:
         judge = self.judge if self.uses_judge else None
         return self._score(task, correctness(task, response, judge, self.math_timeout), format_ok, tool_calls)
+
+    def grade_now(
+        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
+    ) -> RewardResult | None:
+        """The reward when it needs no waiting, else None (then `await acall(...)`): judge tasks
+        with a judge configured and math answers only the symbolic stage can decide wait."""
+        judge = self.judge if self.uses_judge else None
+        if judge is not None and task.reward == "judge":
+            return None
+        comps = correctness(task, response, None, self.math_timeout, symbolic=False)
+        return None if comps is None else self._score(task, comps, format_ok, tool_calls)
 
     async def acall(
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]

@@ -85,6 +85,19 @@ def test_reset_gives_prompt_and_messages_deterministically():
         env.reset(options={"index": 7})
 
 
+def test_tools_and_system_prompt_replaced_on_a_built_env_apply_at_the_next_reset():
+    """The prompting baselines turn a built env into a tool-less one this way; what the env
+    builds once from them (tool list, system prompt, stop strings) must follow."""
+    env = make_env()
+    env.reset(seed=0)
+    env.tools, env.system_prompt_text = {}, "Answer in \\boxed{}."
+    prompt, info = env.reset(seed=0)
+    assert info["stop_sequences"] == [] == env.stop_sequences
+    assert info["messages"][0]["content"] == "Answer in \\boxed{}." and "<python>" not in prompt
+    obs, reward, terminated, truncated, info = env.step("<think>x</think><python>6*7</python>")
+    assert terminated and info["stop_reason"] == "end" and "disabled_tool:python" in info["flags"]
+
+
 def test_scripted_episode_solves_task():
     env = make_env()
     env.reset(options={"index": 0})

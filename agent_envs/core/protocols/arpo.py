@@ -42,18 +42,34 @@ def _opening_tag_re(tags: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("<(" + "|".join(map(re.escape, tags)) + ")>")
 
 
+@functools.cache
+def _closing_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"</{t}>" for t in tags)
+
+
+@functools.cache
+def _parse_plan(enabled: tuple[str, ...], known: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The tag strings `parse` looks for, built once per set of tools: (closing tag, tool) of each
+    enabled tool, and (opening tag, flag) of each known tool that is not enabled."""
+    closes = tuple((f"</{t}>", t) for t in enabled)
+    disabled = tuple((f"<{t}>", f"disabled_tool:{t}") for t in known if t not in enabled)
+    return closes, disabled
+
+
 def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | None]:
     """The public ARPO recipe's format rule: (ok, failing rule). `prefill` is prompt text a chat
     template put before the response (Qwen3 can pre-fill `<think>`), so tag counts are taken over
     both. Calls of every known tool tag must be closed and answered by a result block."""
-    text = prefill + response
-    if text.count("<think>") != text.count("</think>") or text.count("<think>") < 1:
+    text = prefill + response if prefill else response
+    opened = text.count("<think>")
+    if opened != text.count("</think>") or opened < 1:
         return False, "think_tags"
     if response.count("<answer>") != 1 or response.count("</answer>") != 1:
         return False, "answer_tags"
     # every tool call is followed, in order, by its closing tag and a result block
     pos = 0
-    while (m := _opening_tag_re(known_tool_tags()).search(response, pos)) is not None:
+    opening = _opening_tag_re(known_tool_tags())
+    while (m := opening.search(response, pos)) is not None:
         tag = m.group(1)
         close = response.find(f"</{tag}>", m.end())
         res = response.find("<result>", close) if close >= 0 else -1
@@ -62,7 +78,8 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
             return False, f"{tag}_without_result"
         pos = res_end
     span = response[response.find("<answer>") : response.find("</answer>")]
-    if "\\boxed{" not in span or "}" not in span[span.find("\\boxed{") :]:
+    boxed = span.find("\\boxed{")
+    if boxed < 0 or "}" not in span[boxed:]:
         return False, "no_boxed"
     return True, None
 
@@ -101,14 +118,14 @@ class ArpoTags(Protocol):
         return "\n".join(lines)
 
     def parse(self, action: str, tools: Sequence[Tool]) -> ParsedAction:
-        by_name = {t.name: t for t in tools}
-        flags = []
-        if "<result>" in action:
-            flags.append("model_wrote_result")
-        flags += [f"disabled_tool:{t}" for t in known_tool_tags() if t not in by_name and f"<{t}>" in action]
+        closes, disabled = _parse_plan(tuple(t.name for t in tools), known_tool_tags())
+        flags = ("model_wrote_result",) if "<result>" in action else ()
+        for opening, flag in disabled:
+            if opening in action:
+                flags += (flag,)
         first_close, first_tool = len(action) + 1, None
-        for t in by_name:
-            i = action.find(f"</{t}>")
+        for closing, t in closes:
+            i = action.find(closing)
             if 0 <= i < first_close:
                 first_close, first_tool = i, t
         answer_end = action.find("</answer>")
@@ -116,13 +133,14 @@ class ArpoTags(Protocol):
             end = first_close + len(first_tool) + 3
             opening = action.rfind(f"<{first_tool}>", 0, first_close)
             body = "" if opening < 0 else action[opening + len(first_tool) + 2 : first_close]
-            body = by_name[first_tool].clean_argument(strip_code_fence(body))
+            tool = next(t for t in tools if t.name == first_tool)
+            body = tool.clean_argument(strip_code_fence(body))
             if not body:
-                return ParsedAction("invalid", action[:end], first_tool, "", "empty_call", tuple(flags))
-            return ParsedAction("tool", action[:end], first_tool, body, None, tuple(flags))
-        if answer_end >= 0 and "<answer>" in action[:answer_end]:
-            return ParsedAction("answer", action[: answer_end + len("</answer>")], flags=tuple(flags))
-        return ParsedAction("end", action, reason="no_answer", flags=tuple(flags))
+                return ParsedAction("invalid", action[:end], first_tool, "", "empty_call", flags)
+            return ParsedAction("tool", action[:end], first_tool, body, None, flags)
+        if answer_end >= 0 and action.find("<answer>", 0, answer_end) >= 0:
+            return ParsedAction("answer", action[: answer_end + 9], flags=flags)  # 9: len("</answer>")
+        return ParsedAction("end", action, reason="no_answer", flags=flags)
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return f" <result>\n{text}\n</result>"
@@ -130,7 +148,7 @@ class ArpoTags(Protocol):
     def check_format(self, response: str, prefill: str = "") -> tuple[bool, str | None]:
         ok, why = arpo_format_check(response, prefill)
         if ok and "<result>" in response and response.count("<result>") != sum(
-            response.count(f"</{t}>") for t in known_tool_tags()
+            response.count(closing) for closing in _closing_tags(known_tool_tags())
         ):
             return False, "model_wrote_result"
         return ok, why
