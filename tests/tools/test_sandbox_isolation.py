@@ -25,7 +25,7 @@ import pytest
 
 from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
-from agent_envs.tools.sandbox import local
+from agent_envs.tools.sandbox import local, worker
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 1.5
@@ -93,25 +93,32 @@ def worker_pids(tool: PythonTool) -> list[int]:
     return [w.proc.pid for w in tool._sandbox._idle]
 
 
+def _is_idle_prepared_child(pid: int, tree: dict[int, list[int]]) -> bool:
+    """A child forked ahead of a request: alone, and pid 1 of its own pid namespace."""
+    if descendants(pid, tree):
+        return False
+    try:
+        nspid = Path(f"/proc/{pid}/status").read_text().split("NSpid:")[1].split("\n")[0]
+    except (OSError, IndexError):  # gone (or a zombie) since the scan: the caller looks again
+        return False
+    return nspid.split()[-1:] == ["1"]
+
+
 def _leftovers(pid: int) -> list[int]:
-    """Processes under worker `pid` beyond its serving init and the next call's idle child."""
-    tree = _children()  # one scan: the worker forks the next call's child at any time
+    """Processes under worker `pid` beyond its serving init and the children prepared for the
+    next calls."""
+    tree = _children()  # one scan: the worker forks the next call's children at any time
     (init, *rest) = descendants(pid, tree)
     prepared = tree.get(init, [])
-    if len(prepared) == 1 and not descendants(prepared[0], tree):
-        # The child forked ahead of the next request: alone, and pid 1 of its own pid namespace.
-        try:
-            nspid = Path(f"/proc/{prepared[0]}/status").read_text().split("NSpid:")[1].split("\n")[0]
-        except (OSError, IndexError):  # gone (or a zombie) since the scan: the caller looks again
-            nspid = ""
-        if nspid.split()[-1:] == ["1"]:
-            rest.remove(prepared[0])
+    if len(prepared) <= worker.PREPARED_CHILDREN and all(_is_idle_prepared_child(p, tree) for p in prepared):
+        for child in prepared:
+            rest.remove(child)
     return rest
 
 
 def assert_only_workers_left(tool: PythonTool) -> None:
-    """Each idle worker is a wrapper, the pid-namespace init that serves and at most one idle child
-    waiting for the next call: nothing else may remain (once the last call's child is reaped)."""
+    """Each idle worker is a wrapper, the pid-namespace init that serves and the idle children
+    waiting for the next calls: nothing else may remain (once the last call's child is reaped)."""
     for pid in worker_pids(tool):
         deadline = time.monotonic() + 5
         while (left := _leftovers(pid)) and time.monotonic() < deadline:
