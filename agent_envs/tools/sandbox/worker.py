@@ -342,7 +342,12 @@ def _become_namespace_init() -> None:
     if child:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _, status = os.waitpid(child, 0)
+        if os.WIFSIGNALED(status):  # die the same way, so the parent can say what killed the worker
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), os.WTERMSIG(status))
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    # And the other way round: the worker dies with the process its parent knows it by.
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _new_call_pid_namespace(iso: Isolation) -> None:
