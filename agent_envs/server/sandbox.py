@@ -47,7 +47,7 @@ from typing import Any
 from aiohttp import web
 
 from agent_envs.tools.sandbox import SandboxConfig
-from agent_envs.tools.sandbox.local import LocalSandbox
+from agent_envs.tools.sandbox.local import LocalSandbox, WorkerError
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,12 @@ class SandboxServer:
     async def restart(self) -> None:
         """Start a new pool, then send the next calls to it; the old one stops as its calls return."""
         new = LocalSandbox(self.config)
-        await asyncio.get_running_loop().run_in_executor(None, new.start)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, new.start)
+        except WorkerError as exc:
+            new.close()
+            log.error("sandbox service: restart failed, the running workers stay: %s", exc)
+            return
         old, self._sandbox = self._sandbox, new
         self.stats["generation"] += 1
         await asyncio.get_running_loop().run_in_executor(None, old.close)
@@ -226,7 +231,11 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"serve-sandbox: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(_serve(SandboxServer(config, max_queue=args.max_queue), args.host, args.port))
+    try:
+        asyncio.run(_serve(SandboxServer(config, max_queue=args.max_queue), args.host, args.port))
+    except WorkerError as exc:
+        print(f"serve-sandbox: the workers did not start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -15,11 +15,13 @@ import os
 import random
 import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 
 import pytest
-from sandbox_support import children_by_parent, sandbox_service, worker_pids
+from sandbox_support import REPO, children_by_parent, sandbox_service, worker_pids
 
 from agent_envs.tools import PythonTool
 
@@ -247,3 +249,15 @@ def test_unreachable_service_is_an_error_observation():
     tool.close()
     with pytest.raises(ValueError, match="service_url"):
         PythonTool(backend="service")
+
+
+def test_service_that_cannot_start_its_workers_says_why():
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_envs.cli", "serve-sandbox", "--port", "0", "--preamble", "no_such_module"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 2
+    assert "the workers did not start: preamble import failed: ModuleNotFoundError" in proc.stderr
