@@ -757,9 +757,11 @@ def serve(config: dict) -> None:
                 prepared.append(Call(req, iso, namespace))
 
 
-# Children kept prepared per worker: the first is forked right after a reply; the second once the
-# worker has been idle for STOCK_DELAY_S (when the last call's teardown is usually done, so the two
-# do not compete for the CPU), so that a call arriving right after another still finds one ready.
+# Children kept prepared per worker. A call that leaves none gets the next one forked right after
+# its reply; the stock is topped up once the worker has been idle for STOCK_DELAY_S (the last
+# call's teardown is usually done by then, so the two do not compete for the CPU, and the fork
+# does not compete with the caller reading the reply), so a call arriving right after another
+# still finds a child ready.
 PREPARED_CHILDREN = 2
 STOCK_DELAY_S = 0.002
 
