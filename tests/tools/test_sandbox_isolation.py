@@ -180,6 +180,13 @@ def test_working_directory_is_fresh_and_removed(tool):
     assert second.text.endswith(" []"), second.text  # nothing survives from the previous call
 
 
+def test_ipc_objects_do_not_survive_a_call(tool):
+    # SysV shared memory lives in an IPC namespace, not in a file system: each call gets its own.
+    shm = "import ctypes\nprint(ctypes.CDLL(None).shmget(424242, {size}, {flags}))"
+    assert tool.run(shm.format(size=4096, flags=0o1000 | 0o666)).text == "0"  # created (id 0)
+    assert tool.run(shm.format(size=0, flags=0)).text == "-1"  # the next call cannot find it
+
+
 def test_environment_is_scrubbed(tool):
     # The secret is in the environment of the process that owns the workers (see the fixture).
     res = tool.run(
@@ -339,6 +346,8 @@ run("memory", "x = bytearray(2 * 1024**3)")
 run("fsize", "open('big', 'wb').write(b'0' * (16 * 1024 * 1024))")
 run("parent", f"import os\\nfor pid in (-1, {os.getpid()}):\\n    try:\\n        os.kill(pid, 9)\\n    except OSError as e:\\n        print(type(e).__name__)")
 run("after_parent", "print('alive')")
+run("ipc_make", "import ctypes\\nprint(ctypes.CDLL(None).shmget(424242, 4096, 0o1666))")
+run("ipc_find", "import ctypes\\nprint(ctypes.CDLL(None).shmget(424242, 0, 0))")
 out["worker_same"] = sb._idle[0].proc.pid == worker
 sb.close()
 print(json.dumps(out))
@@ -410,4 +419,5 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
         out["parent"]["stdout"] == "ProcessLookupError\nProcessLookupError\n"
         and out["after_parent"]["stdout"] == "alive\n"
     )
+    assert (out["ipc_make"]["stdout"], out["ipc_find"]["stdout"]) == ("0\n", "-1\n")
     assert out["worker_same"]

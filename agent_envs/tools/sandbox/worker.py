@@ -484,8 +484,9 @@ def _child(req: dict, iso: Isolation, namespace: dict, workdir: str, fds: dict[s
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.setsid()
+        if iso.net:  # the worker's namespaces exist; a call's SysV IPC objects must not reach the next
+            unshare(CLONE_NEWIPC | (CLONE_NEWNS if iso.mount else 0))
         if iso.mount:
-            unshare(CLONE_NEWNS)
             kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC), _locked_flags(p)) for p in UNDER_TMP]
             mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0777,size={req['fsize_mb'] + 1}m")
             for path, fd, locked in kept:  # the Python install stays visible (read-only) above the tmpfs
