@@ -180,6 +180,14 @@ def test_working_directory_is_fresh_and_removed(tool):
     assert second.text.endswith(" []"), second.text  # nothing survives from the previous call
 
 
+def test_nothing_written_outside_tmp_survives_a_call(tool):
+    paths = ["/dev/planted", "/planted", "/etc/planted", "/proc/planted", "/tmp/planted"]
+    plant = "".join(f"try:\n    open({p!r}, 'w').write('x')\nexcept OSError:\n    pass\n" for p in paths)
+    tool.run(plant)
+    res = tool.run(f"import os\nprint([p for p in {paths!r} if os.path.exists(p)])")
+    assert res.text == "[]"
+
+
 def test_ipc_objects_do_not_survive_a_call(tool):
     # SysV shared memory lives in an IPC namespace, not in a file system: each call gets its own.
     shm = "import ctypes\nprint(ctypes.CDLL(None).shmget(424242, {size}, {flags}))"
@@ -346,6 +354,7 @@ run("memory", "x = bytearray(2 * 1024**3)")
 run("fsize", "open('big', 'wb').write(b'0' * (16 * 1024 * 1024))")
 run("parent", f"import os\\nfor pid in (-1, {os.getpid()}):\\n    try:\\n        os.kill(pid, 9)\\n    except OSError as e:\\n        print(type(e).__name__)")
 run("after_parent", "print('alive')")
+run("dev_write", "open('/dev/planted', 'w').write('x')")
 run("ipc_make", "import ctypes\\nprint(ctypes.CDLL(None).shmget(424242, 4096, 0o1666))")
 run("ipc_find", "import ctypes\\nprint(ctypes.CDLL(None).shmget(424242, 0, 0))")
 out["worker_same"] = sb._idle[0].proc.pid == worker
@@ -420,4 +429,6 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
         and out["after_parent"]["stdout"] == "alive\n"
     )
     assert (out["ipc_make"]["stdout"], out["ipc_find"]["stdout"]) == ("0\n", "-1\n")
+    # /dev is a tmpfs this user owns inside its namespace: read-only, or files would outlive calls
+    assert "Read-only file system" in out["dev_write"]["stderr"]
     assert out["worker_same"]

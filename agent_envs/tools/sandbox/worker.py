@@ -299,6 +299,9 @@ def build_readonly_root(extra_binds: list[str]) -> None:
         ("stderr", "/proc/self/fd/2"),
     ):
         os.symlink(target, f"{new_root}/dev/{name}")
+    # Read-only, or code running as the user who owns this tmpfs (an unprivileged user's own uid)
+    # could leave files in /dev for the next call. The device binds on it stay writable.
+    mount(None, new_root + "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
     for d in ("proc", "tmp", ".oldroot"):
         os.makedirs(f"{new_root}/{d}", exist_ok=True)
     # This pid namespace's /proc, mounted while the host's is still visible: in a user namespace the
