@@ -125,13 +125,14 @@ class SandboxServer:
                 self._queued -= 1
                 self._in_flight += 1
                 # The pool in use now: a restart while this call runs does not move it.
-                sandbox = self._sandbox
+                sandbox, generation = self._sandbox, self.stats["generation"]
+                loop = asyncio.get_running_loop()
                 try:
-                    result = await asyncio.get_running_loop().run_in_executor(
-                        self._executor, sandbox.execute, body["code"], timeout
-                    )
+                    result = await loop.run_in_executor(self._executor, sandbox.execute, body["code"], timeout)
                 finally:
                     self._in_flight -= 1
+                if sandbox is not self._sandbox:  # replaced meanwhile: its worker must not stay idle
+                    await loop.run_in_executor(None, sandbox.close)
         finally:
             if waiting:  # cancelled before a worker was free
                 self._queued -= 1
@@ -139,7 +140,7 @@ class SandboxServer:
                 self._idle.set()
         self.stats["calls"] += 1
         payload = dataclasses.asdict(result)
-        payload["metadata"] = {**payload["metadata"], "generation": self.stats["generation"]}
+        payload["metadata"] = {**payload["metadata"], "generation": generation}
         return web.json_response(payload)
 
     async def restart(self) -> None:
