@@ -19,11 +19,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from sandbox_support import REPO, children_by_parent, sandbox_service, worker_pids
 
 from agent_envs.tools import PythonTool
+from agent_envs.tools.sandbox import worker
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +263,22 @@ def test_service_that_cannot_start_its_workers_says_why():
     )
     assert proc.returncode == 2
     assert "the workers did not start: preamble import failed: ModuleNotFoundError" in proc.stderr
+
+
+def test_children_for_the_next_calls_are_prepared_while_idle():
+    tool = PythonTool(timeout_s=5, pool_size=1)
+    try:
+        for _ in range(3):
+            tool.run("print(1)")
+            (wrapper,) = worker_pids(tool)
+            init = serving_process(wrapper)
+            deadline = time.monotonic() + 5
+            while len(children_by_parent().get(init, [])) < worker.PREPARED_CHILDREN and time.monotonic() < deadline:
+                time.sleep(0.01)
+            prepared = children_by_parent().get(init, [])
+            assert len(prepared) == worker.PREPARED_CHILDREN, prepared
+            for pid in prepared:  # each waits, alone, as pid 1 of its own pid namespace
+                nspid = Path(f"/proc/{pid}/status").read_text().split("NSpid:")[1].split("\n")[0].split()
+                assert nspid[-1] == "1" and not children_by_parent().get(pid)
+    finally:
+        tool.close()
