@@ -181,7 +181,9 @@ def rerun_as(uid: int, argv: list[str]) -> int:
     """Run this benchmark as `uid` with the system Python and a readable copy of the sandbox."""
     if os.geteuid() != 0:
         sys.exit("--as-uid needs root (setpriv); run the benchmark directly as that user instead")
-    copy = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
+    # Not under /tmp: each call would then bind the copy again above its own /tmp (extra mounts
+    # that a user whose Python lives elsewhere does not pay).
+    copy = Path(tempfile.mkdtemp(prefix="bench-sandbox-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     try:
         shutil.copytree(
             HERE.parents[2] / "agent_envs/tools/sandbox",
@@ -219,11 +221,9 @@ def main() -> None:
     parser.add_argument("--sandbox-dir", help=argparse.SUPPRESS)  # set by --as-uid
     args = parser.parse_args()
     if args.as_uid is not None:
-        argv = [a for a in sys.argv[1:]]
+        argv = list(sys.argv[1:])
         i = argv.index("--as-uid")
         del argv[i : i + 2]
-        if args.peer_python and not os.access(args.peer_python, os.X_OK):
-            sys.exit(f"--peer-python {args.peer_python} is not executable")
         sys.exit(rerun_as(args.as_uid, argv))
     if args.sandbox_dir:  # the stdlib-only sandbox package, without the project's dependencies
         sys.path.insert(0, args.sandbox_dir)
