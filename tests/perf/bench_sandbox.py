@@ -213,8 +213,10 @@ def compare(
     rows = []
     for name, times in a.items():
         p50 = statistics.median(times)
-        cells = [f"{statistics.median(t) * 1e3:.1f} ({statistics.median(t) / p50:.1f}x)" for t in b.values()]
-        rows.append([label, name, f"{p50 * 1e3:.2f}", f"{percentile(times, 0.95) * 1e3:.2f}", *cells])
+        cells = {
+            k: f"{statistics.median(t) * 1e3:.1f} ({statistics.median(t) / p50:.1f}x)" for k, t in b.items()
+        }
+        rows.append([label, name, f"{p50 * 1e3:.2f}", f"{percentile(times, 0.95) * 1e3:.2f}", cells])
     return rows
 
 
@@ -260,9 +262,10 @@ def run(args: argparse.Namespace) -> None:
     print(f"{me}, python {sys.version.split()[0]}, isolation {isolation}")
     print(f"load average before {_load(load_before)}, after {_load(os.getloadavg())}")
     header = ["case", "sandbox", "p50 ms", "p95 ms", *(f"{name} p50 ms (speed-up)" for name in b_sides)]
-    widths = [max(len(r[i]) if i < len(r) else 0 for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
+    table = [header] + [[*row[:4], *(row[4].get(name, "-") for name in b_sides)] for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for row in table:
+        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
 
 
 def _imports(side: str, args: argparse.Namespace, module: str) -> bool:
