@@ -4,7 +4,7 @@ processes call over HTTP on 127.0.0.1.
 Every call runs in the same `LocalSandbox` as in-process use (same isolation, same limits, same
 `SandboxResult`), so `PythonTool(backend="service", service_url=...)` reads exactly what
 `backend="local"` would. The service bounds concurrency (`workers` calls run, at most
-`max_queue` more wait, the rest are answered 503 at once), reports itself on `/health`, restarts
+`max_queue` more wait, up to one call's time, the rest are answered 503 at once), reports itself on `/health`, restarts
 its workers on SIGHUP (`restart()`) without dropping a call, and on SIGTERM/SIGINT stops accepting, finishes
 the calls in flight and stops its workers.
 
@@ -59,8 +59,8 @@ class SandboxServer:
 
     Args:
         config: the sandbox every call runs in (limits, preamble, workers = `pool_size`).
-        max_queue: calls that may wait for a free worker; beyond that the service answers 503
-            (default: 4 per worker).
+        max_queue: calls that may wait for a free worker (each at most `config.timeout_s`);
+            beyond that the service answers 503 (default: 4 per worker).
         drain_s: how long a stop waits for the calls in flight.
     """
 
@@ -117,25 +117,27 @@ class SandboxServer:
         if self._in_flight + self._queued >= self.workers + self.max_queue:
             self.stats["rejected"] += 1
             return _error(503, f"the sandbox service is busy ({self.workers} running, {self._queued} queued)")
-        waiting = True
         self._queued += 1
         try:
-            async with self._slots:
-                waiting = False
-                self._queued -= 1
-                self._in_flight += 1
-                # The pool in use now: a restart while this call runs does not move it.
-                sandbox, generation = self._sandbox, self.stats["generation"]
-                loop = asyncio.get_running_loop()
-                try:
-                    result = await loop.run_in_executor(self._executor, sandbox.execute, body["code"], timeout)
-                finally:
-                    self._in_flight -= 1
-                if sandbox is not self._sandbox:  # replaced meanwhile: its worker must not stay idle
-                    await loop.run_in_executor(None, sandbox.close)
+            # A call that cannot start within one call's time is refused rather than run late: its
+            # client is about to give up on it.
+            await asyncio.wait_for(self._slots.acquire(), self.config.timeout_s)
+        except TimeoutError:
+            self.stats["rejected"] += 1
+            return _error(503, f"the sandbox service is busy (waited {self.config.timeout_s:g} s for a worker)")
         finally:
-            if waiting:  # cancelled before a worker was free
-                self._queued -= 1
+            self._queued -= 1
+        self._in_flight += 1
+        try:
+            # The pool in use now: a restart while this call runs does not move it.
+            sandbox, generation = self._sandbox, self.stats["generation"]
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._executor, sandbox.execute, body["code"], timeout)
+            if sandbox is not self._sandbox:  # replaced meanwhile: its worker must not stay idle
+                await loop.run_in_executor(None, sandbox.close)
+        finally:
+            self._in_flight -= 1
+            self._slots.release()
             if self._idle is not None and self._in_flight == 0 and self._queued == 0:
                 self._idle.set()
         self.stats["calls"] += 1

@@ -282,3 +282,17 @@ def test_children_for_the_next_calls_are_prepared_while_idle():
                 assert nspid[-1] == "1" and not children_by_parent().get(pid)
     finally:
         tool.close()
+
+
+def test_service_refuses_a_call_that_waited_a_whole_timeout():
+    with sandbox_service("--workers", "1", "--max-queue", "4", "--timeout", "2") as (_, url):
+        slow = {"code": "import time\ntime.sleep(1.2)\nprint('done')"}
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            calls = []
+            for _ in range(3):  # A runs, B waits ~1.2 s (< 2) and runs, C would wait ~2.4 s
+                calls.append(pool.submit(_post, url, slow))
+                time.sleep(0.05)
+            (a, b, c) = [call.result(timeout=30) for call in calls]
+        print(f"\n[queue wait] statuses {a[0]}, {b[0]}, {c[0]}: {c[1]}")
+        assert (a, b) == ((200, a[1]), (200, b[1])) and a[1]["stdout"] == b[1]["stdout"] == "done\n"
+        assert c == (503, {"error": "the sandbox service is busy (waited 2 s for a worker)"})

@@ -69,7 +69,12 @@ class ServiceSandbox(Sandbox):
         body = json.dumps({"code": code, "timeout_s": timeout}).encode()
         where = f"the sandbox service at {self.config.service_url}"
         try:
-            status, data = self._post("/execute", body, timeout + REPLY_GRACE_S + 5.0)
+            # The service lets a call wait for a worker at most its own timeout, then runs it.
+            wait_s = 2 * timeout + REPLY_GRACE_S + 5.0
+            status, data = self._post("/execute", body, wait_s)
+        except TimeoutError:
+            self._drop_connection()
+            return SandboxResult(exit_code=None, error=f"{where} did not answer within {wait_s:g} s")
         except (OSError, http.client.HTTPException) as exc:
             self._drop_connection()
             return SandboxResult(exit_code=None, error=f"{where} is unreachable: {type(exc).__name__}: {exc}")
