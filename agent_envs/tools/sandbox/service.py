@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 import urllib.parse
 from typing import Any
 
@@ -19,6 +20,7 @@ from . import Sandbox, SandboxConfig, SandboxResult
 from .local import REPLY_GRACE_S
 
 RESULT_FIELDS = set(SandboxResult.__dataclass_fields__)
+IDLE_CLOSE_S = 30.0  # a kept-alive connection idle this long is replaced before use
 
 
 class ServiceSandbox(Sandbox):
@@ -43,6 +45,10 @@ class ServiceSandbox(Sandbox):
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
+        elif time.monotonic() - self._local.last_used > IDLE_CLOSE_S:
+            # The service may be closing it right now (aiohttp closes idle ones after 75 s): a
+            # request lost that way could not be told from one lost in a crash, and is not resent.
+            conn.close()
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
@@ -50,19 +56,12 @@ class ServiceSandbox(Sandbox):
 
     def _post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         conn = self._connection(timeout)
-        reused = conn.sock is not None
         try:
             conn.request("POST", path, body, {"Content-Type": "application/json"})
             response = conn.getresponse()
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-            conn.close()
-            if not reused:
-                raise
-            # An idle kept-alive connection the service had closed (idle timeout, restart): the
-            # service closes only idle ones, so the code did not run; a new connection sends it once.
-            conn.request("POST", path, body, {"Content-Type": "application/json"})
-            response = conn.getresponse()
-        return response.status, response.read()
+            return response.status, response.read()
+        finally:
+            self._local.last_used = time.monotonic()
 
     def execute(self, code: str, timeout_s: float | None = None) -> SandboxResult:
         timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
