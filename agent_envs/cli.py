@@ -3,6 +3,7 @@
     agent-envs list                      # every registered env id, one line each
     agent-envs play AgentMath-v0         # play an episode yourself in the terminal
     agent-envs serve-retriever --corpus corpus.jsonl --port 8000
+    agent-envs serve-sandbox --port 8100 --workers 8   # the Python sandbox for many rollout workers
     agent-envs sft ... / train --algo grpo ... / evaluate ... / compare ...   (learner extras)
 
 Subcommands live next to what they run: each module offers `add_cli(subparsers)`. Learner
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 # modules that may contribute subcommands; missing optional ones are skipped
 _SUBCOMMAND_MODULES = (
     "agent_envs.server.retriever",
+    "agent_envs.server.sandbox",
     "algorithms.cli",
     "baselines.cli",
 )

@@ -42,16 +42,19 @@ def _seconds(value: float) -> str:
 
 
 class PythonTool(Tool):
-    """Execute Python code in a sandbox (`backend="local"` warm workers, or `"docker"`).
+    """Execute Python code in a sandbox (`backend="local"` warm workers, `"docker"`, or `"service"`).
 
     Args:
         timeout_s: wall-clock limit per call; the call is killed and answered with the timeout message.
-        backend: "local" (namespaces + rlimits, milliseconds per call) or "docker".
+        backend: "local" (namespaces + rlimits, milliseconds per call), "docker", or "service": the
+            same local workers shared by many processes through `agent-envs serve-sandbox`
+            (give `service_url="http://127.0.0.1:8100"`; its limits and preamble are the service's).
         preamble: modules imported once per worker and bound in every call, e.g. ("math", "numpy as np").
         max_output_chars: the observation is middle-truncated to this many characters.
         memory_mb: address-space limit (local: includes the preamble already loaded) / container memory.
         error_format: "full" traceback, or "last_line" (only the final error line, as GEM does).
-        pool_size: warm workers / concurrent calls (default: min(8, CPUs)).
+        pool_size: warm workers / concurrent calls (default: min(8, CPUs); for "service", calls
+            this tool sends at once).
         **sandbox_options: further `SandboxConfig` fields (fsize_mb, nproc, namespaces, docker_image, ...).
     """
 
@@ -79,6 +82,8 @@ class PythonTool(Tool):
         unknown = set(sandbox_options) - set(SandboxConfig.__dataclass_fields__)
         if unknown:
             raise TypeError(f"PythonTool got unknown sandbox options {sorted(unknown)}; see SandboxConfig")
+        if backend == "service" and not sandbox_options.get("service_url"):
+            raise ValueError('PythonTool backend="service" needs service_url="http://HOST:PORT" (agent-envs serve-sandbox)')
         if pool_size is not None:
             sandbox_options["pool_size"] = pool_size
         self.config = SandboxConfig(

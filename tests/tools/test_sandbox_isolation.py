@@ -2,12 +2,15 @@
 
 Every test states the attack and checks its effect from OUTSIDE the sandbox (the host file system,
 a real server the test runs, the process table), so it would fail if the guarantee were missing.
-The suite runs as the current user (root in CI: privileges are dropped to uid 65534) and again,
-through a small driver, as an unprivileged user (user namespaces instead of setuid).
+The suite runs as the current user (root in CI: privileges are dropped to uid 65534), once with
+the in-process pool and once through the sandbox service (`agent-envs serve-sandbox`, a real
+process on 127.0.0.1), and again, through a small driver, as an unprivileged user (user namespaces
+instead of setuid).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,24 +25,43 @@ import uuid
 from pathlib import Path
 
 import pytest
+from sandbox_support import children_by_parent, descendants, sandbox_service, worker_pids
 
 from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
-from agent_envs.tools.sandbox import local
+from agent_envs.tools.sandbox import local, worker
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 1.5
 
 
-@pytest.fixture(scope="module")
-def tool():
-    tool = PythonTool(
-        timeout_s=TIMEOUT, preamble=("math",), pool_size=1, memory_mb=1024, fsize_mb=8, nproc=32
-    )
-    tool.run("1")
-    assert tool.isolation["net"] and tool.isolation["mount"] and tool.isolation["pid"], tool.isolation
-    yield tool
-    tool.close()
+SECRET = {"AGENT_ENVS_FAKE_SECRET": "s3cr3t-value"}  # in the environment of whoever owns the workers
+LIMITS = {"timeout_s": TIMEOUT, "preamble": ("math",), "memory_mb": 1024, "fsize_mb": 8, "nproc": 32}
+
+
+@pytest.fixture(scope="module", params=["local", "service"])
+def tool(request):
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in SECRET.items():
+            mp.setenv(key, value)
+        if request.param == "local":
+            tool = PythonTool(pool_size=1, **LIMITS)
+            holder = os.getpid()
+            service = contextlib.nullcontext((None, None))
+        else:
+            service = sandbox_service(
+                *("--workers", "1", "--timeout", str(TIMEOUT), "--preamble", "math"),
+                *("--memory-mb", "1024", "--fsize-mb", "8", "--nproc", "32"),
+            )
+        with service as (proc, url):
+            if url is not None:
+                tool = PythonTool(timeout_s=TIMEOUT, backend="service", service_url=url, pool_size=1)
+                holder = proc.pid
+            tool.run("1")
+            assert tool.isolation["net"] and tool.isolation["mount"] and tool.isolation["pid"], tool.isolation
+            tool.holder_pid = holder  # the process that owns the workers (the test, or the service)
+            yield tool
+            tool.close()
 
 
 @pytest.fixture()
@@ -67,51 +89,32 @@ def tcp_server():
     server.close()
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
-
-
-def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]:
-    tree, out, todo = tree or _children(), [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def worker_pids(tool: PythonTool) -> list[int]:
-    return [w.proc.pid for w in tool._sandbox._idle]
+def _is_idle_prepared_child(pid: int, tree: dict[int, list[int]]) -> bool:
+    """A child forked ahead of a request: alone, and pid 1 of its own pid namespace."""
+    if descendants(pid, tree):
+        return False
+    try:
+        nspid = Path(f"/proc/{pid}/status").read_text().split("NSpid:")[1].split("\n")[0]
+    except (OSError, IndexError):  # gone (or a zombie) since the scan: the caller looks again
+        return False
+    return nspid.split()[-1:] == ["1"]
 
 
 def _leftovers(pid: int) -> list[int]:
-    """Processes under worker `pid` beyond its serving init and the next call's idle child."""
-    tree = _children()  # one scan: the worker forks the next call's child at any time
+    """Processes under worker `pid` beyond its serving init and the children prepared for the
+    next calls."""
+    tree = children_by_parent()  # one scan: the worker forks the next call's children at any time
     (init, *rest) = descendants(pid, tree)
     prepared = tree.get(init, [])
-    if len(prepared) == 1 and not descendants(prepared[0], tree):
-        # The child forked ahead of the next request: alone, and pid 1 of its own pid namespace.
-        try:
-            nspid = Path(f"/proc/{prepared[0]}/status").read_text().split("NSpid:")[1].split("\n")[0]
-        except (OSError, IndexError):  # gone (or a zombie) since the scan: the caller looks again
-            nspid = ""
-        if nspid.split()[-1:] == ["1"]:
-            rest.remove(prepared[0])
+    if len(prepared) <= worker.PREPARED_CHILDREN and all(_is_idle_prepared_child(p, tree) for p in prepared):
+        for child in prepared:
+            rest.remove(child)
     return rest
 
 
 def assert_only_workers_left(tool: PythonTool) -> None:
-    """Each idle worker is a wrapper, the pid-namespace init that serves and at most one idle child
-    waiting for the next call: nothing else may remain (once the last call's child is reaped)."""
+    """Each idle worker is a wrapper, the pid-namespace init that serves and the idle children
+    waiting for the next calls: nothing else may remain (once the last call's child is reaped)."""
     for pid in worker_pids(tool):
         deadline = time.monotonic() + 5
         while (left := _leftovers(pid)) and time.monotonic() < deadline:
@@ -177,18 +180,29 @@ def test_working_directory_is_fresh_and_removed(tool):
     assert second.text.endswith(" []"), second.text  # nothing survives from the previous call
 
 
-def test_environment_is_scrubbed(monkeypatch):
-    monkeypatch.setenv("AGENT_ENVS_FAKE_SECRET", "s3cr3t-value")
-    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1)
-    try:
-        res = tool.run(
-            "import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ').read())\n"
-            "print(open('/proc/1/environ').read())"
-        )
-        assert "AGENT_ENVS_FAKE_SECRET" not in res.text and "s3cr3t-value" not in res.text
-        assert "'HOME'" in res.text  # the whitelist is there
-    finally:
-        tool.close()
+def test_nothing_written_outside_tmp_survives_a_call(tool):
+    paths = ["/dev/planted", "/planted", "/etc/planted", "/proc/planted", "/tmp/planted"]
+    plant = "".join(f"try:\n    open({p!r}, 'w').write('x')\nexcept OSError:\n    pass\n" for p in paths)
+    tool.run(plant)
+    res = tool.run(f"import os\nprint([p for p in {paths!r} if os.path.exists(p)])")
+    assert res.text == "[]"
+
+
+def test_ipc_objects_do_not_survive_a_call(tool):
+    # SysV shared memory lives in an IPC namespace, not in a file system: each call gets its own.
+    shm = "import ctypes\nprint(ctypes.CDLL(None).shmget(424242, {size}, {flags}))"
+    assert tool.run(shm.format(size=4096, flags=0o1000 | 0o666)).text == "0"  # created (id 0)
+    assert tool.run(shm.format(size=0, flags=0)).text == "-1"  # the next call cannot find it
+
+
+def test_environment_is_scrubbed(tool):
+    # The secret is in the environment of the process that owns the workers (see the fixture).
+    res = tool.run(
+        "import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ').read())\n"
+        "print(open('/proc/1/environ').read())"
+    )
+    assert "AGENT_ENVS_FAKE_SECRET" not in res.text and "s3cr3t-value" not in res.text
+    assert "'HOME'" in res.text  # the whitelist is there
 
 
 def test_fork_bomb_is_contained(tool):
@@ -257,7 +271,7 @@ def test_background_process_does_not_outlive_a_finished_call(tool):
 
 
 def test_parent_and_worker_are_untouchable(tool):
-    me = os.getpid()
+    me = tool.holder_pid
     workers = worker_pids(tool)
     code = textwrap.dedent(f"""
         import os, signal
@@ -340,6 +354,9 @@ run("memory", "x = bytearray(2 * 1024**3)")
 run("fsize", "open('big', 'wb').write(b'0' * (16 * 1024 * 1024))")
 run("parent", f"import os\\nfor pid in (-1, {os.getpid()}):\\n    try:\\n        os.kill(pid, 9)\\n    except OSError as e:\\n        print(type(e).__name__)")
 run("after_parent", "print('alive')")
+run("dev_write", "open('/dev/planted', 'w').write('x')")
+run("ipc_make", "import ctypes\\nprint(ctypes.CDLL(None).shmget(424242, 4096, 0o1666))")
+run("ipc_find", "import ctypes\\nprint(ctypes.CDLL(None).shmget(424242, 0, 0))")
 out["worker_same"] = sb._idle[0].proc.pid == worker
 sb.close()
 print(json.dumps(out))
@@ -411,4 +428,7 @@ def test_isolation_holds_for_an_unprivileged_user(tcp_server):
         out["parent"]["stdout"] == "ProcessLookupError\nProcessLookupError\n"
         and out["after_parent"]["stdout"] == "alive\n"
     )
+    assert (out["ipc_make"]["stdout"], out["ipc_find"]["stdout"]) == ("0\n", "-1\n")
+    # /dev is a tmpfs this user owns inside its namespace: read-only, or files would outlive calls
+    assert "Read-only file system" in out["dev_write"]["stderr"]
     assert out["worker_same"]

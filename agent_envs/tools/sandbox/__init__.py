@@ -2,8 +2,9 @@
 
 `local` (default) keeps warm fork-server workers and isolates every call with Linux namespaces and
 rlimits (see `local.py` and docs/tools-and-sandbox.md); `docker` runs each call in a throwaway
-container. Both take the same `SandboxConfig` and return a `SandboxResult`; `PythonTool` turns that
-into what the model reads.
+container; `service` sends the code to a shared pool of local workers (`agent-envs serve-sandbox`,
+see `service.py`). All take the same `SandboxConfig` and return a `SandboxResult`; `PythonTool`
+turns that into what the model reads.
 
     >>> sandbox = make_sandbox("local", SandboxConfig(timeout_s=5, pool_size=1))
     >>> sandbox.execute("x = 6*7\\nx").stdout
@@ -18,7 +19,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKENDS = ("local", "docker")
+BACKENDS = ("local", "docker", "service")
 
 
 @dataclass
@@ -40,6 +41,7 @@ class SandboxConfig:
     max_capture_bytes: int = 256 * 1024  # per stream, head and tail each; the rest is counted, not kept
     docker_image: str = "python:3.11-slim"
     docker_cpus: float = 1.0
+    service_url: str = ""  # service: where `agent-envs serve-sandbox` listens, e.g. http://127.0.0.1:8100
 
     def validate(self) -> SandboxConfig:
         for name in (
@@ -103,7 +105,7 @@ class Sandbox(ABC):
 
 
 def make_sandbox(backend: str, config: SandboxConfig) -> Sandbox:
-    """The sandbox named `backend` ("local" or "docker")."""
+    """The sandbox named `backend` ("local", "docker" or "service")."""
     if backend == "local":
         from .local import LocalSandbox
 
@@ -112,6 +114,10 @@ def make_sandbox(backend: str, config: SandboxConfig) -> Sandbox:
         from .docker import DockerSandbox
 
         return DockerSandbox(config)
+    if backend == "service":
+        from .service import ServiceSandbox
+
+        return ServiceSandbox(config)
     raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 

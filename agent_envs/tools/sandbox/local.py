@@ -109,12 +109,23 @@ class _Worker:
             chunk = os.read(fd, need - len(buf))
             if not chunk:
                 self.proc.wait(timeout=5)
-                raise WorkerError(f"worker exited with status {self.proc.returncode}: {self._stderr_tail()}")
+                raise WorkerError(f"{self.exit_reason()}: {self._stderr_tail()}".rstrip(": "))
             buf += chunk
             if not header_done and len(buf) == 4:
                 need = 4 + struct.unpack(">I", buf)[0]
                 header_done = True
         return json.loads(bytes(buf[4:]))
+
+    def exit_reason(self) -> str:
+        """How the worker ended, for the error the caller reads (e.g. killed by the OOM killer)."""
+        code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the worker process was killed by {name}"
+        return f"the worker process exited with status {code}"
 
     def request(self, message: dict, deadline: float) -> dict:
         data = json.dumps(message).encode()
@@ -122,7 +133,9 @@ class _Worker:
             self.proc.stdin.write(struct.pack(">I", len(data)) + data)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            raise WorkerError(f"worker is gone ({exc}): {self._stderr_tail()}") from exc
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            raise WorkerError(f"{self.exit_reason()} ({exc}): {self._stderr_tail()}".rstrip(": ")) from exc
         reply = self._recv(deadline)
         self.calls += 1
         if "error" in reply:
@@ -168,6 +181,24 @@ class LocalSandbox(Sandbox):
     @property
     def isolation(self) -> dict[str, Any]:
         return dict(self._isolation)
+
+    def start(self) -> None:
+        """Start every worker now rather than on first use (a service does, before it listens)."""
+        with self._lock:
+            self._closed = False
+            missing = self.config.pool_size - len(self._idle)
+        started = []
+        try:
+            for _ in range(missing):
+                started.append(self._spawn())
+        finally:
+            with self._lock:
+                self._idle.extend(started)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the idle workers (busy ones are lent out)."""
+        with self._lock:
+            return [worker.proc.pid for worker in self._idle]
 
     def worker_command(self) -> tuple[list[str], dict[str, str]]:
         """How a worker starts: its command line and its whole environment (nothing inherited)."""
