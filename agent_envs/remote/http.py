@@ -182,7 +182,7 @@ async def with_retries(
             prefix = f"{describe}: " if describe else ""
             if isinstance(exc, aiohttp.TooManyRedirects):
                 raise PermanentError(f"{prefix}too many redirects", kind="redirects") from exc
-            raise PermanentError(f"{prefix}malformed HTTP response ({_first_line(exc.message)})") from exc
+            raise PermanentError(f"{prefix}malformed HTTP response ({_parser_complaint(exc.message)})") from exc
         except (TransientError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             shown_limit = budget_s if budget_bound else limit
             error = exc if isinstance(exc, TransientError) else _transient(exc, describe, shown_limit)
@@ -196,8 +196,10 @@ async def with_retries(
                 raise error from cause
             pause = min((policy.connect_backoff_s if connect else policy.backoff_s) * (retries + 1),
                         policy.max_backoff_s)  # fmt: skip
+            if retries == 0 and error.kind in ("disconnected", "reset", "connection"):
+                pause = 0.0  # most often a pooled keep-alive connection the server had dropped
             if deadline is not None and loop.time() + pause >= deadline:
-                error.args = (f"{error} (no retry: the {budget_s:g} s budget would run out)",)
+                error.args = (f"{error} (no retry: the {budget_s:.3g} s budget would run out)",)
                 raise error from cause
             retries += 1
             await asyncio.sleep(pause)
@@ -226,14 +228,18 @@ def _transient(exc: BaseException, describe: str, timeout_s: float | None) -> Tr
         return TransientError(f"{prefix}response cut off before its end{detail}", kind="truncated")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return TransientError(f"{prefix}server closed the connection without answering", kind="disconnected")
-    if isinstance(exc, ConnectionResetError | aiohttp.ClientOSError) and exc.errno == errno.ECONNRESET:
+    if isinstance(exc, OSError) and exc.errno == errno.ECONNRESET:
         return TransientError(f"{prefix}connection reset before an answer", kind="reset")
+    if isinstance(exc, OSError):  # e.g. "Can not write request body": the connection broke while sending
+        return TransientError(f"{prefix}connection lost: {exc.strerror or exc}", kind="connection")
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return TransientError(f"{prefix}{text}", kind="connection")
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "no status line"
+def _parser_complaint(text: str) -> str:
+    """aiohttp's multi-line parser message (with a caret line) on one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip("^")]
+    return " ".join(lines)[:200] or "unreadable status line"
 
 
 def raise_for_status(status: int, url: str, body: str = "") -> None:
@@ -252,7 +258,10 @@ def request_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def json_or_error(text: str, url: str) -> Any:
+def json_or_error(body: bytes | str, url: str) -> Any:
+    """The JSON value of an answer, or a `PermanentError` quoting the start of what came instead."""
+    # JSON is UTF-8 (RFC 8259); undecodable bytes are shown, not raised as UnicodeDecodeError
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

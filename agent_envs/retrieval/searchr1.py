@@ -121,9 +121,9 @@ class HttpBackend(SearchBackend):
         async def attempt() -> list[list[Hit]]:
             session = await self.pool.get()
             async with session.post(self.url, json=body, headers={"X-Request-Id": rid}) as resp:
-                text = await resp.text()
-                raise_for_status(resp.status, self.url, text)
-                return parse_retrieve_response(json_or_error(text, self.url), n, self.url)
+                raw = await resp.read()
+                raise_for_status(resp.status, self.url, raw.decode("utf-8", errors="replace"))
+                return parse_retrieve_response(json_or_error(raw, self.url), n, self.url)
 
         try:
             return await with_retries(attempt, self.retry, describe=f"POST {self.url}", budget_s=budget_s)

@@ -142,9 +142,9 @@ class WebBackend(SearchBackend):
                     params["country"] = self.market
                 ctx = session.get(self.endpoint, params=params, headers=headers)
             async with ctx as resp:
-                text = await resp.text()
-                raise_for_status(resp.status, self.endpoint, text)
-                return self._parse(json_or_error(text, self.endpoint), topk)
+                raw = await resp.read()
+                raise_for_status(resp.status, self.endpoint, raw.decode("utf-8", errors="replace"))
+                return self._parse(json_or_error(raw, self.endpoint), topk)
 
         try:
             return await with_retries(attempt, self.retry, describe=f"{p.name} search", budget_s=budget_s)

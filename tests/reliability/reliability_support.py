@@ -1,0 +1,200 @@
+"""Servers for the fault and load tests: the real ones, and one test double that misbehaves.
+
+- `RetrieverProcess`: the real `agent-envs serve-retriever`, a subprocess over the shared
+  multi-hop corpus, which a test can SIGKILL and start again on the same port.
+- `FaultProxy`: a TEST DOUBLE of a misbehaving server. It forwards requests to a real upstream
+  (the retrieval server, or a local site) except those its schedule says to break: an HTTP
+  500, an answer slower than the client's timeout, a body cut short, a connection reset
+  mid-response or before it, a connection closed without an answer, a body that is not JSON or
+  not the protocol, bytes that are not HTTP. Real servers fail like this under load or during
+  deploys; they cannot be made to on demand, hence the double. It counts every request it gets,
+  so tests can bound retries by what the server saw.
+- `start_app`: serve an aiohttp app on a free port of 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = "corpus/wiki_multihop_mini.jsonl"
+HOTPOT = "hotpotqa/dev_500_ircot_with_contexts.jsonl"
+
+# Every fault the proxy can inject: (kind the client must report, text its message must contain,
+# whether the client should retry it).
+FAULTS: dict[str, tuple[str, str, bool]] = {
+    "http_500": ("http_500", "HTTP 500 from", True),
+    "slow": ("timeout", "timeout after", True),
+    "truncate": ("truncated", "response cut off before its end (received", True),
+    "reset": ("reset", "connection reset mid-response (received", True),
+    "reset_before": ("reset", "connection reset before an answer", True),
+    "close_before": ("disconnected", "server closed the connection without answering", True),
+    "garbage": ("bad_response", "invalid JSON from", False),
+    "wrong_shape": ("bad_response", "no 'result' list", False),
+    "not_http": ("bad_response", "malformed HTTP response", False),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start_app(app: web.Application, port: int = 0) -> tuple[web.AppRunner, str]:
+    """Serve `app` on 127.0.0.1; returns the runner (to `cleanup()`) and the base URL."""
+    # a short shutdown: a handler still sleeping in a "slow" fault must not hold up teardown
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{bound}"
+
+
+def questions(shared_data: Path) -> list[str]:
+    with (shared_data / HOTPOT).open(encoding="utf-8") as f:
+        return [json.loads(line)["question"] for line in f if line.strip()]
+
+
+class RetrieverProcess:
+    """`agent-envs serve-retriever` as a subprocess; `kill()` is SIGKILL, `start()` again reuses the port."""
+
+    def __init__(self, corpus: Path, cache_dir: Path, port: int | None = None, extra: Iterable[str] = ()) -> None:
+        self.corpus, self.cache_dir = corpus, cache_dir
+        self.port = port or free_port()
+        self.extra = list(extra)
+        self.proc: subprocess.Popen | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> str:
+        cmd = [sys.executable, "-m", "agent_envs.cli", "serve-retriever", "--corpus", str(self.corpus),
+               "--port", str(self.port), "--cache-dir", str(self.cache_dir), *self.extra]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                out = self.proc.stdout.read() if self.proc.stdout else ""
+                raise RuntimeError(f"serve-retriever exited with {self.proc.returncode}:\n{out}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self.url
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"serve-retriever did not listen on port {self.port} within {timeout_s} s") from None
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.communicate(timeout=20)
+
+
+class FaultProxy:
+    """TEST DOUBLE of a misbehaving server (see the module docstring): real HTTP on 127.0.0.1.
+
+    `schedule(*faults)` breaks the next requests, one fault each, in order; `always(fault)`
+    breaks every request after those; `always("pass")` heals it. `hits` counts requests seen.
+    """
+
+    def __init__(self, upstream: str, slow_s: float = 5.0) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.slow_s = slow_s
+        self.hits = 0
+        self.seen: Counter = Counter()
+        self._queue: list[str] = []
+        self._default = "pass"
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def schedule(self, *faults: str) -> None:
+        unknown = [f for f in faults if f != "pass" and f not in FAULTS]
+        assert not unknown, f"unknown faults {unknown}; known: {sorted(FAULTS)}"
+        self._queue.extend(faults)
+
+    def always(self, fault: str) -> None:
+        self.schedule(fault)
+        self._queue.pop()
+        self._default = fault
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._session = aiohttp.ClientSession()
+        self._runner, self.url = await start_app(app)
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.hits += 1
+        fault = self._queue.pop(0) if self._queue else self._default
+        self.seen[fault] += 1
+        body = await request.read()
+        if fault == "http_500":
+            return web.Response(status=500, text="injected fault: internal server error")
+        if fault == "garbage":
+            return web.Response(body=b"\x8b\x00<html>502 upstream exploded", content_type="application/json")
+        if fault == "wrong_shape":
+            return web.json_response({"hits": "none today"})
+        if fault in ("reset_before", "close_before", "not_http"):
+            if fault == "not_http":
+                request.transport.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")  # type: ignore[union-attr]
+            return self._drop(request, reset=fault == "reset_before")
+        if fault == "slow":
+            await asyncio.sleep(self.slow_s)
+        status, ctype, payload = await self._forward(request, body)
+        if fault in ("truncate", "reset"):
+            # the promised length, half the bytes, then a FIN (truncate) or an RST (reset)
+            resp = web.StreamResponse(status=status)
+            resp.content_type, resp.content_length = ctype, len(payload)
+            await resp.prepare(request)
+            await resp.write(payload[: len(payload) // 2])
+            return self._drop(request, reset=fault == "reset", prepared=resp)
+        return web.Response(status=status, body=payload, content_type=ctype)
+
+    async def _forward(self, request: web.Request, body: bytes) -> tuple[int, str, bytes]:
+        assert self._session is not None
+        async with self._session.request(
+            request.method, self.upstream + request.rel_url.path_qs, data=body or None,
+            headers={"Content-Type": request.headers.get("Content-Type", "application/octet-stream")},
+        ) as up:  # fmt: skip
+            return up.status, up.content_type, await up.read()
+
+    @staticmethod
+    def _drop(request: web.Request, reset: bool, prepared: web.StreamResponse | None = None) -> web.StreamResponse:
+        transport = request.transport
+        assert transport is not None
+        if reset:  # linger 0: close() sends an RST instead of a FIN
+            sock = transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        else:
+            transport.close()
+        return prepared or web.Response()
