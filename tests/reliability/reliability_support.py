@@ -1,7 +1,8 @@
 """Servers for the fault and load tests: the real ones, and one test double that misbehaves.
 
-- `RetrieverProcess`: the real `agent-envs serve-retriever`, a subprocess over the shared
-  multi-hop corpus, which a test can SIGKILL and start again on the same port.
+- `ServerProcess`: a real server as a subprocess (`retriever_process`: `agent-envs
+  serve-retriever` over the shared multi-hop corpus; `site_process`: a static web site), which a
+  test can SIGKILL and start again on the same port.
 - `FaultProxy`: a TEST DOUBLE of a misbehaving server. It forwards requests to a real upstream
   (the retrieval server, or a local site) except those its schedule says to break: an HTTP
   500, an answer slower than the client's timeout, a body cut short, a connection reset
@@ -24,7 +25,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 
 import aiohttp
@@ -71,44 +71,56 @@ def questions(shared_data: Path) -> list[str]:
         return [json.loads(line)["question"] for line in f if line.strip()]
 
 
-class RetrieverProcess:
-    """`agent-envs serve-retriever` as a subprocess; `kill()` is SIGKILL, `start()` again reuses the port."""
+class ServerProcess:
+    """A server as a subprocess on a fixed port: `start()` waits until it listens, `kill()` is
+    SIGKILL (no cleanup, as when a machine or container dies), `start()` again reuses the port."""
 
-    def __init__(self, corpus: Path, cache_dir: Path, port: int | None = None, extra: Iterable[str] = ()) -> None:
-        self.corpus, self.cache_dir = corpus, cache_dir
-        self.port = port or free_port()
-        self.extra = list(extra)
+    def __init__(self, args: list[str], port: int) -> None:
+        self.args, self.port = args, port
+        self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
-        self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> str:
-        cmd = [sys.executable, "-m", "agent_envs.cli", "serve-retriever", "--corpus", str(self.corpus),
-               "--port", str(self.port), "--cache-dir", str(self.cache_dir), *self.extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, *self.args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
                 out = self.proc.stdout.read() if self.proc.stdout else ""
-                raise RuntimeError(f"serve-retriever exited with {self.proc.returncode}:\n{out}")
+                raise RuntimeError(f"{self.args[:3]} exited with {self.proc.returncode}:\n{out}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return self.url
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"serve-retriever did not listen on port {self.port} within {timeout_s} s") from None
+                    raise RuntimeError(f"{self.args[:3]} did not listen on port {self.port} within {timeout_s} s") from None
                 time.sleep(0.05)
 
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        self.proc.stdout.close()  # type: ignore[union-attr]
+        self.proc.communicate(timeout=10)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.communicate(timeout=20)
+
+
+def retriever_process(corpus: Path, cache_dir: Path, *extra: str) -> ServerProcess:
+    """The real `agent-envs serve-retriever` (index loaded from `cache_dir` when built there before)."""
+    port = free_port()
+    args = ["-m", "agent_envs.cli", "serve-retriever", "--corpus", str(corpus), "--port", str(port),
+            "--cache-dir", str(cache_dir), *extra]  # fmt: skip
+    return ServerProcess(args, port)
+
+
+def site_process(root: Path) -> ServerProcess:
+    """A real static web site: Python's own HTTP server over the files under `root`."""
+    port = free_port()
+    return ServerProcess(["-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)], port)
 
 
 class FaultProxy:

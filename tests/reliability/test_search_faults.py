@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from reliability_support import CORPUS, FAULTS, FaultProxy, RetrieverProcess
+from reliability_support import CORPUS, FAULTS, FaultProxy, retriever_process
 
 import agent_envs  # noqa: F401  (registers AgentQA-v0)
 from agent_envs import Task, ToolEnv
@@ -83,7 +83,7 @@ async def test_a_fault_is_an_observation_and_the_episode_goes_on(proxy: FaultPro
 async def test_the_retrieval_server_killed_between_two_searches(shared_data: Path, index_dir: Path, wiki) -> None:
     # the env as users make it (gym.make, default retry policy and 30 s timeout), against the
     # real server process, which dies by SIGKILL after the first search and comes back later
-    server = RetrieverProcess(shared_data / CORPUS, index_dir)
+    server = retriever_process(shared_data / CORPUS, index_dir)
     await asyncio.to_thread(server.start)
     env = gym.make("AgentQA-v0", tasks=[TASK], retriever_url=f"{server.url}/retrieve").unwrapped
     try:
