@@ -37,6 +37,11 @@ from agent_envs.retrieval import BM25Backend, Hit, SearchBackend
 
 log = logging.getLogger(__name__)
 
+# aiohttp's default listen backlog is 128: a burst of rollout workers connecting at once then
+# overflows the accept queue, and the kernel drops their SYNs, which clients resend only after
+# 1 s, then 3 s (measured in docs/reliability-tools.md).
+DEFAULT_BACKLOG = 4096
+
 
 @dataclass
 class _Pending:
@@ -187,11 +192,11 @@ class RetrieverServer:
 
     # -- running ----------------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_BACKLOG) -> str:
         """Serve in the running loop; returns the base URL (port 0 picks a free port)."""
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, backlog=backlog)
         await site.start()
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         bound = sockets[0].getsockname()[1] if sockets else port
@@ -229,7 +234,7 @@ def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     server = RetrieverServer(backend, default_topk=args.topk, batch_window_ms=args.batch_window_ms)
-    web.run_app(server.app(), host=args.host, port=args.port, access_log=None, print=None)
+    web.run_app(server.app(), host=args.host, port=args.port, backlog=args.backlog, access_log=None, print=None)
     return 0
 
 
@@ -248,4 +253,10 @@ def add_cli(subparsers: Any) -> None:
         "--cache-dir", default=None, help="where the index is cached (default ~/.cache/agent_envs)"
     )
     p.add_argument("--batch-window-ms", type=float, default=2.0, help="how long requests wait to be batched")
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=DEFAULT_BACKLOG,
+        help="connections the kernel queues before the server accepts them (capped by net.core.somaxconn)",
+    )
     p.set_defaults(func=serve)

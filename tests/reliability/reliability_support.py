@@ -11,6 +11,7 @@
   deploys; they cannot be made to on demand, hence the double. It counts every request it gets,
   so tests can bound retries by what the server saw.
 - `start_app`: serve an aiohttp app on a free port of 127.0.0.1.
+- `run_load`: many concurrent `/retrieve` clients, with latencies and failures counted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -210,3 +212,131 @@ class FaultProxy:
         else:
             transport.close()
         return prepared or web.Response()
+
+
+@dataclass
+class LoadReport:
+    """Latencies (seconds, failed requests included) and failures by kind of one `run_load`."""
+
+    clients: int
+    per_client: int
+    latencies: list[float] = field(default_factory=list)
+    failures: Counter = field(default_factory=Counter)
+    wall_s: float = 0.0
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+    def over(self, seconds: float) -> int:
+        return sum(t > seconds for t in self.latencies)
+
+    def line(self) -> str:
+        n = len(self.latencies)
+        return (
+            f"{self.clients} clients x {self.per_client}: {n} requests, {sum(self.failures.values())} failed "
+            f"{dict(self.failures)}; p50 {self.quantile(0.5) * 1000:.0f} ms, p99 {self.quantile(0.99) * 1000:.0f} ms, "
+            f"max {max(self.latencies) * 1000:.0f} ms, {self.over(1.0)} over 1 s; {n / self.wall_s:.0f} requests/s; "
+            f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)"
+        )
+
+
+async def run_load(
+    url: str, asked: list[str], expected: dict[str, list[str]], clients: int, per_client: int, timeout_s: float = 60.0
+) -> LoadReport:
+    """`clients` sessions, released together, each sending `per_client` requests one after another."""
+    report = LoadReport(clients, per_client)
+    go = asyncio.Event()
+
+    async def client(i: int) -> None:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=1)) as session:
+            await go.wait()
+            for j in range(per_client):
+                question = asked[(i * per_client + j) % len(asked)]
+                start = time.perf_counter()
+                try:
+                    async with session.post(f"{url}/retrieve", json={"queries": [question], "topk": 3}) as resp:
+                        body = await resp.json() if resp.status == 200 else None
+                        status = resp.status
+                except Exception as exc:  # every failure is counted by its kind, never raised
+                    report.failures[type(exc).__name__] += 1
+                    continue
+                finally:
+                    report.latencies.append(time.perf_counter() - start)
+                if status != 200:
+                    report.failures[f"HTTP {status}"] += 1
+                elif [d["id"] for d in body["result"][0]] != expected[question]:
+                    report.failures["wrong passages"] += 1
+
+    tasks = [asyncio.create_task(client(i)) for i in range(clients)]
+    await asyncio.sleep(0.2)  # every session is open and waiting
+    start = time.perf_counter()
+    go.set()
+    await asyncio.gather(*tasks)
+    report.wall_s = time.perf_counter() - start
+    return report
+
+
+async def sharp_burst(port: int, asked: list[str], expected: dict[str, list[str]], clients: int) -> LoadReport:
+    """`clients` connections started in one tight loop (under 0.1 s for 1,000 on a quiet machine),
+    each sending one `/retrieve` request: the burst many rollout processes make when they start
+    together. aiohttp spends too long per connection to make a burst this sharp, so the
+    connections are plain sockets and each client writes its HTTP/1.1 request itself and reads
+    the answer until the server closes the connection."""
+    loop = asyncio.get_running_loop()
+    report = LoadReport(clients, 1)
+
+    async def client(sock: socket.socket, question: str, start: float) -> None:
+        body = json.dumps({"queries": [question], "topk": 3}).encode()
+        request = (
+            f"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode() + body
+        try:
+            connected = loop.create_future()
+            loop.add_writer(sock, lambda: connected.done() or connected.set_result(None))
+            try:
+                await asyncio.wait_for(connected, 60)
+            finally:
+                loop.remove_writer(sock)
+            if err := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                raise OSError(err, os.strerror(err))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(request)
+            answer = await asyncio.wait_for(reader.read(), 60)
+            writer.close()
+        except Exception as exc:  # every failure is counted by its kind, never raised
+            report.failures[type(exc).__name__] += 1
+            sock.close()
+            return
+        finally:
+            report.latencies.append(time.perf_counter() - start)
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1].decode() if head.startswith(b"HTTP/1.1 ") else "no status line"
+        if status != "200":
+            report.failures[f"HTTP {status}"] += 1
+        elif [d["id"] for d in json.loads(payload)["result"][0]] != expected[question]:
+            report.failures["wrong passages"] += 1
+
+    started = []
+    first = time.perf_counter()
+    for i in range(clients):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))  # EINPROGRESS: the SYN is on its way
+        started.append((sock, asked[i % len(asked)], time.perf_counter()))
+    tasks = [asyncio.create_task(client(*c)) for c in started]
+    await asyncio.gather(*tasks)
+    report.wall_s = time.perf_counter() - first
+    return report
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because an accept queue was full (this network
+    namespace, all processes): their clients resend the SYN only after 1 s, then 3 s."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split(), strict=True))["ListenOverflows"])
+    return 0
