@@ -52,11 +52,13 @@ class TransientError(Exception):
 
 
 class PermanentError(Exception):
-    """A failure that retrying cannot fix (4xx, a body that is not the expected answer)."""
+    """A failure that retrying cannot fix (4xx, a body that is not the expected answer); `retries`
+    were spent on transient failures before it."""
 
-    def __init__(self, message: str, kind: str = "bad_response") -> None:
+    def __init__(self, message: str, kind: str = "bad_response", retries: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
+        self.retries = retries
 
 
 class SessionPool:
@@ -176,13 +178,15 @@ async def with_retries(
         try:
             async with asyncio.timeout(limit):
                 return await attempt(), retries
-        except PermanentError:
+        except PermanentError as exc:
+            exc.retries = retries
             raise
         except aiohttp.ClientResponseError as exc:  # a broken server or site, not a busy one
             prefix = f"{describe}: " if describe else ""
             if isinstance(exc, aiohttp.TooManyRedirects):
-                raise PermanentError(f"{prefix}too many redirects", kind="redirects") from exc
-            raise PermanentError(f"{prefix}malformed HTTP response ({_parser_complaint(exc.message)})") from exc
+                raise PermanentError(f"{prefix}too many redirects", "redirects", retries) from exc
+            complaint = _parser_complaint(exc.message)
+            raise PermanentError(f"{prefix}malformed HTTP response ({complaint})", retries=retries) from exc
         except (TransientError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             shown_limit = budget_s if budget_bound else limit
             error = exc if isinstance(exc, TransientError) else _transient(exc, describe, shown_limit)

@@ -127,11 +127,9 @@ class HttpBackend(SearchBackend):
 
         try:
             return await with_retries(attempt, self.retry, describe=f"POST {self.url}", budget_s=budget_s)
-        except TransientError as exc:
+        except (TransientError, PermanentError) as exc:
             tries = f"{exc.retries} {'retry' if exc.retries == 1 else 'retries'}, " if exc.retries else ""
             raise SearchBackendError(f"{exc} ({tries}request {rid})", exc.retries, exc.kind) from exc
-        except PermanentError as exc:
-            raise SearchBackendError(f"{exc} (request {rid})", 0, exc.kind) from exc
 
     async def aclose(self) -> None:
         await self.pool.aclose()

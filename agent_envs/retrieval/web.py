@@ -148,10 +148,8 @@ class WebBackend(SearchBackend):
 
         try:
             return await with_retries(attempt, self.retry, describe=f"{p.name} search", budget_s=budget_s)
-        except TransientError as exc:
+        except (TransientError, PermanentError) as exc:
             raise SearchBackendError(str(exc), exc.retries, exc.kind) from exc
-        except PermanentError as exc:
-            raise SearchBackendError(str(exc), 0, exc.kind) from exc
 
     def _parse(self, payload: Any, topk: int) -> list[Hit]:
         p = self.provider

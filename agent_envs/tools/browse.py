@@ -209,9 +209,7 @@ class BrowseTool(Tool):
                 (page, meta), retries = await with_retries(
                     lambda: self._fetch(url), self.retry, budget_s=max(deadline - loop.time(), 0.0)
                 )
-        except PermanentError as exc:
-            return ToolResult(f"Could not open {url}: {exc}.", ok=False, error=exc.kind, metadata={"url": url})
-        except TransientError as exc:
+        except (TransientError, PermanentError) as exc:
             return ToolResult(
                 f"Could not open {url}: {exc}.",
                 ok=False,

@@ -62,7 +62,7 @@ async def start_app(app: web.Application, port: int = 0) -> tuple[web.AppRunner,
     # a short shutdown: a handler still sleeping in a "slow" fault must not hold up teardown
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)  # no dropped SYNs in a burst (see the server)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://127.0.0.1:{bound}"
