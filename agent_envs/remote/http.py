@@ -203,7 +203,8 @@ async def with_retries(
             if retries == 0 and error.kind in ("disconnected", "reset", "connection"):
                 pause = 0.0  # most often a pooled keep-alive connection the server had dropped
             if deadline is not None and loop.time() + pause >= deadline:
-                error.args = (f"{error} (no retry: the {budget_s:.3g} s budget would run out)",)
+                left = deadline - loop.time()
+                error.args = (f"{error} (no retry: {left:.1f} s of the budget left, back-off {pause:g} s)",)
                 raise error from cause
             retries += 1
             await asyncio.sleep(pause)
