@@ -219,9 +219,29 @@ def _entry(hit: Hit, return_scores: bool) -> dict[str, Any]:
 # -- command line ----------------------------------------------------------------------------------
 
 
+def raise_open_file_limit() -> int:
+    """Lift the soft limit on open files to the hard one; returns the limit now in force.
+
+    Every client connection is a file descriptor. At the common soft limit of 1024, a burst of
+    1,500 connections left the server unable to answer any of them (all 1,500 timed out after
+    60 s; docs/reliability-tools.md); the hard limit is usually far higher.
+    """
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to lift
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def serve(args: argparse.Namespace) -> int:
     """`agent-envs serve-retriever`: build or load the index, then serve until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    open_files = raise_open_file_limit()
     start = time.perf_counter()
     try:
         backend = BM25Backend.from_jsonl(args.corpus, cache_dir=args.cache_dir)
@@ -230,7 +250,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     print(
         f"serve-retriever: {len(backend)} passages from {args.corpus} ready in "
-        f"{time.perf_counter() - start:.1f} s; listening on http://{args.host}:{args.port}/retrieve",
+        f"{time.perf_counter() - start:.1f} s; listening on http://{args.host}:{args.port}/retrieve "
+        f"(backlog {args.backlog}, up to {open_files} open files)",
         flush=True,
     )
     server = RetrieverServer(backend, default_topk=args.topk, batch_window_ms=args.batch_window_ms)

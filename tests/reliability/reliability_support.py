@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -77,16 +78,18 @@ class ServerProcess:
     """A server as a subprocess on a fixed port: `start()` waits until it listens, `kill()` is
     SIGKILL (no cleanup, as when a machine or container dies), `start()` again reuses the port."""
 
-    def __init__(self, args: list[str], port: int) -> None:
+    def __init__(self, args: list[str], port: int, open_files: int | None = None) -> None:
         self.args, self.port = args, port
+        self.open_files = open_files  # a soft limit on open files for the child (as on many hosts)
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 60.0) -> str:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, *self.args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+            [sys.executable, *self.args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, preexec_fn=self._limit if self.open_files else None,
+        )  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
@@ -100,6 +103,10 @@ class ServerProcess:
                     raise RuntimeError(f"{self.args[:3]} did not listen on port {self.port} within {timeout_s} s") from None
                 time.sleep(0.05)
 
+    def _limit(self) -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
+
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
@@ -111,12 +118,12 @@ class ServerProcess:
             self.proc.communicate(timeout=20)
 
 
-def retriever_process(corpus: Path, cache_dir: Path, *extra: str) -> ServerProcess:
+def retriever_process(corpus: Path, cache_dir: Path, *extra: str, open_files: int | None = None) -> ServerProcess:
     """The real `agent-envs serve-retriever` (index loaded from `cache_dir` when built there before)."""
     port = free_port()
     args = ["-m", "agent_envs.cli", "serve-retriever", "--corpus", str(corpus), "--port", str(port),
             "--cache-dir", str(cache_dir), *extra]  # fmt: skip
-    return ServerProcess(args, port)
+    return ServerProcess(args, port, open_files)
 
 
 def site_process(root: Path) -> ServerProcess:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,3 +119,23 @@ async def test_a_sharp_burst_of_1000_connections_overflows_no_queue(
     assert not report.failures and len(report.latencies) == 1000
     assert overflows == 0, "the accept queue overflowed: is the server's --backlog below the burst?"
     assert report.quantile(0.99) < 10.0
+
+
+@pytest.mark.stress
+async def test_a_burst_past_a_1024_open_file_limit(
+    shared_data: Path, index_dir: Path, wiki: BM25Backend, asked: list[str], expected: dict
+) -> None:
+    # 1024 is a common soft limit; before the server lifted it, this burst got 0 answers of 1,500
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard limit on open files is {hard}: the server cannot lift its own past 1,500 connections")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), hard))  # this process holds the 1,500 clients
+    server = retriever_process(shared_data / CORPUS, index_dir, open_files=1024)
+    await asyncio.to_thread(server.start)
+    try:
+        report = await sharp_burst(server.port, asked, expected, clients=1500)
+    finally:
+        server.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    print(f"\nburst past 1024 open files: {report.line()}")
+    assert not report.failures and len(report.latencies) == 1500
