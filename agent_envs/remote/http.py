@@ -42,7 +42,7 @@ class TransientError(Exception):
     """A failure worth retrying (5xx, 429, dropped connection, timeout); `retries` were spent on it.
 
     `kind` names the cause for metrics: `http_<status>`, `timeout`, `refused`, `connect`, `reset`,
-    `disconnected` or `truncated`.
+    `disconnected`, `truncated` or `connection` (any other dropped connection).
     """
 
     def __init__(self, message: str, retries: int = 0, kind: str = "transient") -> None:

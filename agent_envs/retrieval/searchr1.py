@@ -44,8 +44,7 @@ def parse_retrieve_response(payload: Any, n_queries: int, url: str) -> list[list
             raise PermanentError(f"unexpected /retrieve result row from {url}: {str(row)[:100]!r}")
         for entry in row or []:
             doc = entry.get("document", entry) if isinstance(entry, Mapping) else None
-            score = doc.get("score", 0.0) if isinstance(doc, Mapping) else None
-            score = entry.get("score", score) if isinstance(entry, Mapping) else None
+            score = entry.get("score", doc.get("score", 0.0)) if isinstance(doc, Mapping) else None
             if not isinstance(doc, Mapping) or not isinstance(score, int | float | None):
                 raise PermanentError(f"unexpected /retrieve entry from {url}: {str(entry)[:100]!r}")
             if isinstance(doc.get("contents"), str) and not isinstance(doc.get("text"), str):

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 from search_support import CORPUS, hotpot_questions, recall_at_k, wiki_backend
 
+from agent_envs.remote.http import PermanentError
 from agent_envs.retrieval import BM25Backend, HttpBackend, parse_retrieve_response
 from agent_envs.server.retriever import RetrieverServer
 from agent_envs.tools import SearchTool
@@ -118,6 +119,11 @@ def test_client_reads_the_shapes_forks_produce() -> None:
     assert (hit.id, hit.title, hit.text, hit.score) == ("a", "T2", "body", 2.5)
     with pytest.raises(Exception, match="answered 1 result lists for 2 queries"):
         parse_retrieve_response({"result": [[]]}, 2, "u")
+    # a server's garbage is a PermanentError naming the piece, never a TypeError inside the client
+    for garbage, piece in [([[3]], "entry"), ([[{"document": 3}]], "entry"), ([[{"id": "a", "score": "high"}]], "entry"),
+                           ([7], "result row"), ({"hits": []}, "no 'result' list")]:  # fmt: skip
+        with pytest.raises(PermanentError, match=f"unexpected /retrieve {piece}|{piece}"):
+            parse_retrieve_response(garbage, 1, "u")
 
 
 class _Misbehaving:
