@@ -210,8 +210,9 @@ class BrowseTool(Tool):
                     lambda: self._fetch(url), self.retry, budget_s=max(deadline - loop.time(), 0.0)
                 )
         except (TransientError, PermanentError) as exc:
+            tries = f" ({exc.retries} {'retry' if exc.retries == 1 else 'retries'})" if exc.retries else ""
             return ToolResult(
-                f"Could not open {url}: {exc}.",
+                f"Could not open {url}: {exc}{tries}.",
                 ok=False,
                 error=exc.kind,
                 retries=exc.retries,

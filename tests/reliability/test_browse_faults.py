@@ -83,6 +83,7 @@ async def test_a_site_fault_is_an_observation_and_the_episode_goes_on(site_proxy
         # (RFC 9112 section 9.3.1), so the site sees two requests per attempt then
         assert hits == attempts * (2 if fault in ("reset_before", "close_before") else 1)
         assert info["tool_result"]["retries"] == attempts - 1
+        assert obs.rstrip().endswith(f"({attempts - 1} retries).\n</result>" if attempts == 3 else ".\n</result>"), obs
 
         site_proxy.always("pass")
         obs, *_, info = await env.astep(_browse(f"{site_proxy.url}/alpha.html#again"))
