@@ -93,6 +93,7 @@ class EpisodeState:
     calls: tuple[tuple[str, int], ...] = ()  # per-tool call counts, as sorted pairs
     queries: frozenset[str] = frozenset()
     invalid_calls: int = 0
+    failed_calls: int = 0  # tool calls that ran and failed (timeouts, server errors)
     turns: int = 0
     chars: int = 0
     tokens: int = 0
@@ -132,10 +133,16 @@ _FRESH = {f.name: f.default for f in fields(EpisodeState) if f.default is not MI
 
 @dataclass
 class ToolMetrics:
-    """Per-env counters of tool use, for rollout metrics."""
+    """Per-env counters of tool use, for rollout metrics.
+
+    `failures` counts failed calls per tool; `errors` counts them per cause (`ToolResult.error`:
+    `timeout`, `http_500`, `reset`, `refused`, ...), and `retries` the retries the calls spent.
+    """
 
     calls: Counter = field(default_factory=Counter)
     failures: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+    retries: int = 0
     timeouts: int = 0
     cache_hits: int = 0
     total_time_s: float = 0.0
@@ -441,6 +448,7 @@ class ToolEnv(gym.Env[str, str]):
             info["repeated_query"] = True
             return MESSAGES["repeated_query"], st
         result = await self._call(tool, parsed.tool_input or "")
+        st = st.evolve(failed_calls=st.failed_calls + (not result.ok))
         info["tool_result"] = {"ok": result.ok, "error": result.error, "latency_s": result.latency_s,
                                "cached": result.cached, "retries": result.retries}
         return result.text, st
@@ -456,6 +464,9 @@ class ToolEnv(gym.Env[str, str]):
         m = self.metrics
         m.calls[tool.name] += 1
         m.failures[tool.name] += not result.ok
+        if not result.ok:
+            m.errors[result.error or "unknown"] += 1
+        m.retries += result.retries
         m.timeouts += result.error == "timeout"
         m.cache_hits += result.cached
         m.total_time_s += result.latency_s
@@ -505,6 +516,7 @@ class ToolEnv(gym.Env[str, str]):
             "n_calls": counts,
             "tool_calls": sum(counts.values()),
             "n_invalid_calls": st.invalid_calls,
+            "tool_errors": st.failed_calls,
             "limit_hit": st.limit_hit,
             "turns": st.turns,
             "prompt_version": PROMPT_VERSION,

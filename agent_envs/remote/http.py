@@ -6,7 +6,9 @@ one session per loop and drops sessions whose loop has closed. Retries (as SkyRL
 transient failures only (HTTP 5xx and 429, connection errors, timeouts), linear back-off. A
 connection that cannot be opened at all (refused, unknown host) gets only a few quick retries: a
 server that is down stays down for longer than a long back-off would wait, and the caller should
-hear "connection refused" within a second or two rather than a timeout much later.
+hear "connection refused" within a second or two rather than a timeout much later. A caller's
+`budget_s` bounds attempts and back-off together, so a call never outlives its tool's timeout and
+still reports what went wrong (see `with_retries`).
 
     >>> import asyncio
     >>> pool = SessionPool()
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -35,15 +39,26 @@ T = TypeVar("T")
 
 
 class TransientError(Exception):
-    """A failure worth retrying (5xx, 429, dropped connection, timeout); `retries` were spent on it."""
+    """A failure worth retrying (5xx, 429, dropped connection, timeout); `retries` were spent on it.
 
-    def __init__(self, message: str, retries: int = 0) -> None:
+    `kind` names the cause for metrics: `http_<status>`, `timeout`, `refused`, `connect`, `reset`,
+    `disconnected`, `truncated` or `connection` (any other dropped connection).
+    """
+
+    def __init__(self, message: str, retries: int = 0, kind: str = "transient") -> None:
         super().__init__(message)
         self.retries = retries
+        self.kind = kind
 
 
 class PermanentError(Exception):
-    """A failure that retrying cannot fix (4xx, bad payload)."""
+    """A failure that retrying cannot fix (4xx, a body that is not the expected answer); `retries`
+    were spent on transient failures before it."""
+
+    def __init__(self, message: str, kind: str = "bad_response", retries: int = 0) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retries = retries
 
 
 class SessionPool:
@@ -126,6 +141,7 @@ class RetryPolicy:
 
     A connection that could not be opened is retried at most `connect_retries` times (and never
     more than `max_retries`), sleeping `connect_backoff_s * attempt`: about 1.2 s in all by default.
+    `attempt_timeout_s` limits each attempt (None: only the caller's budget limits it).
     """
 
     max_retries: int = 10
@@ -133,50 +149,102 @@ class RetryPolicy:
     max_backoff_s: float = 10.0
     connect_retries: int = 3
     connect_backoff_s: float = 0.2
+    attempt_timeout_s: float | None = None
 
 
 async def with_retries(
-    attempt: Callable[[], Awaitable[T]], policy: RetryPolicy, describe: str = "request"
+    attempt: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    describe: str = "",
+    budget_s: float | None = None,
 ) -> tuple[T, int]:
     """Run `attempt` until it succeeds or a permanent error; returns (value, retries used).
 
-    Raises the last `TransientError` once retries are exhausted, or a `PermanentError` at once.
+    `budget_s` bounds the whole call, attempts and back-off together: the last attempt is cut at
+    the budget, and a retry whose back-off would end past it is not started. The caller then
+    hears the cause of the last failure (an HTTP 500, a reset) rather than only "timeout".
+    Raises a `TransientError` (cause, `kind` and `retries`) once retries or budget are spent, or
+    a `PermanentError` at once.
     """
+    loop = asyncio.get_running_loop()
+    deadline = None if budget_s is None else loop.time() + budget_s
     retries = 0
     while True:
+        limit, budget_bound = policy.attempt_timeout_s, False
+        if deadline is not None:
+            remaining = max(deadline - loop.time(), 0.0)
+            if limit is None or remaining <= limit:
+                limit, budget_bound = remaining, True
         try:
-            return await attempt(), retries
-        except PermanentError:
+            async with asyncio.timeout(limit):
+                return await attempt(), retries
+        except PermanentError as exc:
+            exc.retries = retries
             raise
-        except aiohttp.ClientConnectorError as exc:  # nothing was sent: safe to retry, but briefly
-            if retries >= min(policy.connect_retries, policy.max_retries):
-                raise TransientError(f"{describe}: {_describe(exc)}", retries) from exc
+        except aiohttp.ClientResponseError as exc:  # a broken server or site, not a busy one
+            prefix = f"{describe}: " if describe else ""
+            if isinstance(exc, aiohttp.TooManyRedirects):
+                raise PermanentError(f"{prefix}too many redirects", "redirects", retries) from exc
+            complaint = _parser_complaint(exc.message)
+            raise PermanentError(f"{prefix}malformed HTTP response ({complaint})", retries=retries) from exc
+        except (TransientError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            shown_limit = budget_s if budget_bound else limit
+            error = exc if isinstance(exc, TransientError) else _transient(exc, describe, shown_limit)
+            error.retries = retries
+            cause = None if error is exc else exc
+            if budget_bound and isinstance(exc, TimeoutError):
+                raise error from cause  # the budget is spent
+            connect = isinstance(exc, aiohttp.ClientConnectorError)  # nothing was sent: retry briefly
+            cap = min(policy.connect_retries, policy.max_retries) if connect else policy.max_retries
+            if retries >= cap:
+                raise error from cause
+            pause = min((policy.connect_backoff_s if connect else policy.backoff_s) * (retries + 1),
+                        policy.max_backoff_s)  # fmt: skip
+            if retries == 0 and error.kind in ("disconnected", "reset", "connection"):
+                pause = 0.0  # most often a pooled keep-alive connection the server had dropped
+            if deadline is not None and loop.time() + pause >= deadline:
+                left = deadline - loop.time()
+                error.args = (f"{error} (no retry: {left:.1f} s of the budget left, back-off {pause:g} s)",)
+                raise error from cause
             retries += 1
-            await asyncio.sleep(min(policy.connect_backoff_s * retries, policy.max_backoff_s))
-        except (
-            TransientError,
-            aiohttp.ClientConnectionError,
-            aiohttp.ClientPayloadError,
-            TimeoutError,
-        ) as exc:
-            if retries >= policy.max_retries:
-                if isinstance(exc, TransientError):
-                    exc.retries = retries
-                    raise
-                raise TransientError(f"{describe}: {_describe(exc)}", retries) from exc
-            retries += 1
-            await asyncio.sleep(min(policy.backoff_s * retries, policy.max_backoff_s))
+            await asyncio.sleep(pause)
 
 
-def _describe(exc: BaseException) -> str:
+def _transient(exc: BaseException, describe: str, timeout_s: float | None) -> TransientError:
+    """Name the cause of a network failure the way a person would want to read it."""
+    prefix = f"{describe}: " if describe else ""
     if isinstance(exc, TimeoutError):
-        return "timeout"
+        after = f" after {timeout_s:.3g} s" if timeout_s is not None else ""
+        return TransientError(f"{prefix}timeout{after}", kind="timeout")
     if isinstance(exc, aiohttp.ClientConnectorError):
         origin = f"{exc.host}:{exc.port}"
         if isinstance(exc.os_error, ConnectionRefusedError):
-            return f"connection refused by {origin} (is the server running?)"
-        return f"cannot connect to {origin} ({exc.os_error.strerror or type(exc.os_error).__name__})"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return TransientError(
+                f"{prefix}connection refused by {origin} (is the server running?)", kind="refused"
+            )
+        reason = exc.os_error.strerror or type(exc.os_error).__name__
+        return TransientError(f"{prefix}cannot connect to {origin} ({reason})", kind="connect")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        # aiohttp says how much of the body came: "(received 13 of 1000 bytes)"
+        got = re.search(r"\(received \d+ of \d+ bytes\)", str(exc))
+        detail = f" {got.group(0)}" if got else ""
+        if "reset" in str(exc).lower():
+            return TransientError(f"{prefix}connection reset mid-response{detail}", kind="reset")
+        return TransientError(f"{prefix}response cut off before its end{detail}", kind="truncated")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return TransientError(f"{prefix}server closed the connection without answering", kind="disconnected")
+    if isinstance(exc, OSError) and exc.errno == errno.ECONNRESET:
+        return TransientError(f"{prefix}connection reset before an answer", kind="reset")
+    if isinstance(exc, OSError):  # e.g. "Can not write request body": the connection broke while sending
+        return TransientError(f"{prefix}connection lost: {exc.strerror or exc}", kind="connection")
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return TransientError(f"{prefix}{text}", kind="connection")
+
+
+def _parser_complaint(text: str) -> str:
+    """aiohttp's multi-line parser message (with a caret line) on one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip("^")]
+    return " ".join(lines)[:200] or "unreadable status line"
 
 
 def raise_for_status(status: int, url: str, body: str = "") -> None:
@@ -186,8 +254,8 @@ def raise_for_status(status: int, url: str, body: str = "") -> None:
     snippet = " ".join(body.split())[:200]
     message = f"HTTP {status} from {url}" + (f": {snippet}" if snippet else "")
     if status >= 500 or status == 429:
-        raise TransientError(message)
-    raise PermanentError(message)
+        raise TransientError(message, kind=f"http_{status}")
+    raise PermanentError(message, kind=f"http_{status}")
 
 
 def request_id() -> str:
@@ -195,11 +263,10 @@ def request_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def timeout_of(seconds: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=seconds)
-
-
-def json_or_error(text: str, url: str) -> Any:
+def json_or_error(body: bytes | str, url: str) -> Any:
+    """The JSON value of an answer, or a `PermanentError` quoting the start of what came instead."""
+    # JSON is UTF-8 (RFC 8259); undecodable bytes are shown, not raised as UnicodeDecodeError
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -21,7 +21,6 @@ from agent_envs.remote.http import (
     TransientError,
     json_or_error,
     raise_for_status,
-    timeout_of,
     with_retries,
 )
 from agent_envs.retrieval.backend import SearchBackend, SearchBackendError
@@ -97,7 +96,7 @@ class WebBackend(SearchBackend):
         self._key = key
         self.endpoint = endpoint or self.provider.endpoint
         self.timeout_s = timeout_s
-        self.retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff_s)
+        self.retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff_s, attempt_timeout_s=timeout_s)
         self.market = market
         self.min_interval_s = 1.0 / max_rps if max_rps > 0 else 0.0
         self._next_slot = 0.0
@@ -110,8 +109,10 @@ class WebBackend(SearchBackend):
     async def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
         return (await self.search_with_retries(queries, topk))[0]
 
-    async def search_with_retries(self, queries: Sequence[str], topk: int = 3) -> tuple[list[list[Hit]], int]:
-        parts = await asyncio.gather(*(self._one(q, topk) for q in queries))
+    async def search_with_retries(
+        self, queries: Sequence[str], topk: int = 3, budget_s: float | None = None
+    ) -> tuple[list[list[Hit]], int]:
+        parts = await asyncio.gather(*(self._one(q, topk, budget_s) for q in queries))
         return [p[0] for p in parts], max((p[1] for p in parts), default=0)
 
     async def _throttle(self) -> None:
@@ -123,7 +124,7 @@ class WebBackend(SearchBackend):
         if slot > now:
             await asyncio.sleep(slot - now)
 
-    async def _one(self, query: str, topk: int) -> tuple[list[Hit], int]:
+    async def _one(self, query: str, topk: int, budget_s: float | None) -> tuple[list[Hit], int]:
         p = self.provider
         headers = {p.key_header: self._key, "Accept": "application/json"}
 
@@ -134,27 +135,21 @@ class WebBackend(SearchBackend):
                 body: dict[str, Any] = {"q": query, "num": topk}
                 if self.market:
                     body["gl"] = self.market
-                ctx = session.post(
-                    self.endpoint, json=body, headers=headers, timeout=timeout_of(self.timeout_s)
-                )
+                ctx = session.post(self.endpoint, json=body, headers=headers)
             else:
                 params: dict[str, Any] = {"q": query, "count": topk}
                 if self.market:
                     params["country"] = self.market
-                ctx = session.get(
-                    self.endpoint, params=params, headers=headers, timeout=timeout_of(self.timeout_s)
-                )
+                ctx = session.get(self.endpoint, params=params, headers=headers)
             async with ctx as resp:
-                text = await resp.text()
-                raise_for_status(resp.status, self.endpoint, text)
-                return self._parse(json_or_error(text, self.endpoint), topk)
+                raw = await resp.read()
+                raise_for_status(resp.status, self.endpoint, raw.decode("utf-8", errors="replace"))
+                return self._parse(json_or_error(raw, self.endpoint), topk)
 
         try:
-            return await with_retries(attempt, self.retry, describe=f"{p.name} search")
+            return await with_retries(attempt, self.retry, describe=f"{p.name} search", budget_s=budget_s)
         except (TransientError, PermanentError) as exc:
-            raise SearchBackendError(
-                str(exc), retries=self.retry.max_retries if isinstance(exc, TransientError) else 0
-            ) from exc
+            raise SearchBackendError(str(exc), exc.retries, exc.kind) from exc
 
     def _parse(self, payload: Any, topk: int) -> list[Hit]:
         p = self.provider

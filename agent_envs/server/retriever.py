@@ -37,6 +37,11 @@ from agent_envs.retrieval import BM25Backend, Hit, SearchBackend
 
 log = logging.getLogger(__name__)
 
+# aiohttp's default listen backlog is 128: a burst of rollout workers connecting at once then
+# overflows the accept queue, and the kernel drops their SYNs, which clients resend only after
+# 1 s, then 3 s (measured in docs/reliability-tools.md).
+DEFAULT_BACKLOG = 4096
+
 
 @dataclass
 class _Pending:
@@ -187,11 +192,11 @@ class RetrieverServer:
 
     # -- running ----------------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_BACKLOG) -> str:
         """Serve in the running loop; returns the base URL (port 0 picks a free port)."""
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, backlog=backlog)
         await site.start()
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         bound = sockets[0].getsockname()[1] if sockets else port
@@ -214,9 +219,29 @@ def _entry(hit: Hit, return_scores: bool) -> dict[str, Any]:
 # -- command line ----------------------------------------------------------------------------------
 
 
+def raise_open_file_limit() -> int:
+    """Lift the soft limit on open files to the hard one; returns the limit now in force.
+
+    Every client connection is a file descriptor. At the common soft limit of 1024, a burst of
+    1,500 connections left the server unable to answer any of them (all 1,500 timed out after
+    60 s; docs/reliability-tools.md); the hard limit is usually far higher.
+    """
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to lift
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def serve(args: argparse.Namespace) -> int:
     """`agent-envs serve-retriever`: build or load the index, then serve until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    open_files = raise_open_file_limit()
     start = time.perf_counter()
     try:
         backend = BM25Backend.from_jsonl(args.corpus, cache_dir=args.cache_dir)
@@ -225,11 +250,12 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     print(
         f"serve-retriever: {len(backend)} passages from {args.corpus} ready in "
-        f"{time.perf_counter() - start:.1f} s; listening on http://{args.host}:{args.port}/retrieve",
+        f"{time.perf_counter() - start:.1f} s; listening on http://{args.host}:{args.port}/retrieve "
+        f"(backlog {args.backlog}, up to {open_files} open files)",
         flush=True,
     )
     server = RetrieverServer(backend, default_topk=args.topk, batch_window_ms=args.batch_window_ms)
-    web.run_app(server.app(), host=args.host, port=args.port, access_log=None, print=None)
+    web.run_app(server.app(), host=args.host, port=args.port, backlog=args.backlog, access_log=None, print=None)
     return 0
 
 
@@ -248,4 +274,10 @@ def add_cli(subparsers: Any) -> None:
         "--cache-dir", default=None, help="where the index is cached (default ~/.cache/agent_envs)"
     )
     p.add_argument("--batch-window-ms", type=float, default=2.0, help="how long requests wait to be batched")
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=DEFAULT_BACKLOG,
+        help="connections the kernel queues before the server accepts them (capped by net.core.somaxconn)",
+    )
     p.set_defaults(func=serve)

@@ -37,7 +37,6 @@ from agent_envs.remote.http import (
     SessionPool,
     TransientError,
     raise_for_status,
-    timeout_of,
     with_retries,
 )
 
@@ -133,7 +132,7 @@ class BrowseTool(Tool):
         pages: an in-memory site {url: html or text}; when given, nothing is fetched.
         max_chars: characters of page text shown (links are listed after it, up to `max_links`).
         max_bytes: bytes read from the network at most (larger bodies are cut).
-        timeout_s: time limit of one fetch.
+        timeout_s: time limit of one call, retries included (a slow page is not fetched twice).
         cache: optional `ToolCache` for fetched pages (network mode; failures are never cached).
         concurrency: fetches in flight at once.
         extractor: `bs4` (fast, deterministic) or `trafilatura` (main-content extraction).
@@ -203,17 +202,20 @@ class BrowseTool(Tool):
                 )
             if self.cache.mode == "offline":
                 return ToolResult(f"Page {url} is not in the offline cache.", ok=False, error="cache_miss")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         try:
             async with self.concurrency.get():
-                (page, meta), retries = await with_retries(lambda: self._fetch(url), self.retry, describe=url)
-        except PermanentError as exc:
-            return ToolResult(f"Could not open {url}: {exc}.", ok=False, error="http", metadata={"url": url})
-        except TransientError as exc:
+                (page, meta), retries = await with_retries(
+                    lambda: self._fetch(url), self.retry, budget_s=max(deadline - loop.time(), 0.0)
+                )
+        except (TransientError, PermanentError) as exc:
+            tries = f" ({exc.retries} {'retry' if exc.retries == 1 else 'retries'})" if exc.retries else ""
             return ToolResult(
-                f"Could not open {url}: {exc}.",
+                f"Could not open {url}: {exc}{tries}.",
                 ok=False,
-                error="http",
-                retries=self.retry.max_retries,
+                error=exc.kind,
+                retries=exc.retries,
                 metadata={"url": url},
             )
         text = page.render(self.max_chars, self.max_links)
@@ -241,7 +243,7 @@ class BrowseTool(Tool):
 
     async def _fetch(self, url: str) -> tuple[Page, dict[str, Any]]:
         session = await self.pool.get()
-        async with session.get(url, timeout=timeout_of(self.timeout_s), allow_redirects=True) as resp:
+        async with session.get(url, allow_redirects=True) as resp:
             if resp.status >= 400:
                 raise_for_status(resp.status, url, "")
             ctype = resp.content_type or "application/octet-stream"
@@ -266,7 +268,7 @@ class BrowseTool(Tool):
                 url=final, title="", text=await asyncio.to_thread(_pdf_text, bytes(body), final), links=[]
             )
         else:
-            raise PermanentError(f"unsupported content type {ctype} ({len(body)} bytes)")
+            raise PermanentError(f"unsupported content type {ctype} ({len(body)} bytes)", kind="unsupported")
         return page, meta
 
     async def aclose(self) -> None:

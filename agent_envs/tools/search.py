@@ -51,6 +51,10 @@ def format_hits(
             lines.append(f"Page {i}: {text}")
     return "\n".join(lines)
 
+# How long past its budget a backend call may run before the tool cuts it (a backend that honours
+# `budget_s` ends on time; the env's own deadline is a second later still).
+_GRACE_S = 0.1
+
 
 class SearchTool(Tool):
     """`<search> query </search>`: top-k passages from a backend, formatted for the model.
@@ -60,7 +64,8 @@ class SearchTool(Tool):
         topk: passages per query.
         cache: optional `ToolCache` (structured hits are cached; errors never are).
         max_result_chars: characters kept per passage.
-        timeout_s: wall-clock budget of one backend call (the failure text says so).
+        timeout_s: wall-clock budget of one call, queueing and retries included (the failure
+            text says what failed, or that the budget ran out).
         concurrency: at most this many backend calls of this tool at once.
         style: result format (`doc`, `skyrl`, `page`; see `format_hits`).
     """
@@ -136,10 +141,14 @@ class SearchTool(Tool):
                     metadata=meta,
                 )
         retries = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         try:
-            async with self.concurrency.get():
-                hits_lists, retries = await asyncio.wait_for(
-                    self.backend.search_with_retries([query], self.topk), self.timeout_s
+            # The backend gets what is left of the budget after the queue and stops retrying in
+            # time to say why it failed; the grace is only for backends that ignore their budget.
+            async with asyncio.timeout_at(deadline + _GRACE_S), self.concurrency.get():
+                hits_lists, retries = await self.backend.search_with_retries(
+                    [query], self.topk, budget_s=max(deadline - loop.time(), 0.0)
                 )
             hits = hits_lists[0][: self.topk]
         except TimeoutError:

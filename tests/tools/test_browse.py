@@ -209,8 +209,10 @@ async def test_limits_and_failures_become_observations(site: tuple[str, _Site]) 
         assert not image.ok and "unsupported content type image/png" in image.text
         missing = await tool(f"{base}/missing")
         assert not missing.ok and "HTTP 404" in missing.text and state.hits["missing"] == 1  # 4xx: no retry
-        slow = await tool(f"{base}/slow")
-        assert not slow.ok and slow.retries == 1 and "timeout" in slow.text
+        assert missing.error == "http_404"
+        slow = await tool(f"{base}/slow")  # the 0.3 s budget covers retries: one attempt, then the cause
+        assert not slow.ok and slow.retries == 0 and slow.error == "timeout" and state.hits["slow"] == 1
+        assert slow.text == f"Could not open {base}/slow: timeout after 0.3 s." and slow.latency_s < 0.5
         flaky = await tool(f"{base}/flaky")
         assert flaky.ok and flaky.retries == 1 and "recovered" in flaky.text
         bad = await tool("file:///etc/passwd")

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 from search_support import CORPUS, hotpot_questions, recall_at_k, wiki_backend
 
+from agent_envs.remote.http import PermanentError
 from agent_envs.retrieval import BM25Backend, HttpBackend, parse_retrieve_response
 from agent_envs.server.retriever import RetrieverServer
 from agent_envs.tools import SearchTool
@@ -118,6 +119,11 @@ def test_client_reads_the_shapes_forks_produce() -> None:
     assert (hit.id, hit.title, hit.text, hit.score) == ("a", "T2", "body", 2.5)
     with pytest.raises(Exception, match="answered 1 result lists for 2 queries"):
         parse_retrieve_response({"result": [[]]}, 2, "u")
+    # a server's garbage is a PermanentError naming the piece, never a TypeError inside the client
+    for garbage, piece in [([[3]], "entry"), ([[{"document": 3}]], "entry"), ([[{"id": "a", "score": "high"}]], "entry"),
+                           ([7], "result row"), ({"hits": []}, "no 'result' list")]:  # fmt: skip
+        with pytest.raises(PermanentError, match=f"unexpected /retrieve {piece}|{piece}"):
+            parse_retrieve_response(garbage, 1, "u")
 
 
 class _Misbehaving:
@@ -180,11 +186,14 @@ async def test_slow_server_and_refused_connection_become_search_errors() -> None
     ]
     try:
         res = await tools[0]("q")
-        assert not res.ok and res.error == "backend" and "timeout" in res.text and upstream.seen == 2
+        assert not res.ok and res.error == "timeout" and "timeout after 0.1 s (1 retry," in res.text
+        assert upstream.seen == 2
         res = await tools[1]("q")
-        assert not res.ok and res.text == "Search failed: timeout after 0.2 s."
+        # the tool's 0.2 s budget cuts the 5 s attempt, and the text still says which server it was
+        assert not res.ok and res.error == "timeout" and res.latency_s < 0.35
+        assert res.text.startswith(f"Search failed: POST {url}: timeout after 0.2 s (request "), res.text
         refused = await tools[2]("q")
-        assert not refused.ok and refused.retries == 1 and refused.text.startswith("Search failed: ")
+        assert not refused.ok and refused.retries == 1 and refused.error == "refused"
         assert f"connection refused by 127.0.0.1:{port}" in refused.text, refused.text
     finally:
         for tool in tools:
@@ -204,7 +213,7 @@ async def test_a_killed_server_is_reported_as_refused_within_seconds(small_serve
     finally:
         await tool.aclose()
     print(f"refused connection reported after {elapsed:.2f} s: {res.text}")
-    assert not res.ok and res.error == "backend" and res.retries == 3
+    assert not res.ok and res.error == "refused" and res.retries == 3
     port = small_server.url.rsplit(":", 1)[1]
     assert f"connection refused by 127.0.0.1:{port}" in res.text and "timeout" not in res.text
     assert elapsed < 3.0
