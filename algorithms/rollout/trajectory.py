@@ -49,6 +49,7 @@ class Trajectory:
     parent_id: int | None = None
     branch_offset: int | None = None
     lineage: dict[str, Any] = field(default_factory=dict)
+    health: list[str] = field(default_factory=list)  # rollout health checks it failed (docs/diagnostics-health.md)
 
     @property
     def input_ids(self) -> list[int]:
