@@ -131,7 +131,9 @@ class RecordedEngine:
         """What the engine generated from exactly this context, or None if it never saw it."""
         return self._outputs.get(tuple(context))
 
-    def __len__(self) -> int:
+    @property
+    def contexts(self) -> int:
+        """How many distinct contexts were recorded since the last `clear()`."""
         return len(self._outputs)
 
     def clear(self) -> None:
@@ -178,7 +180,7 @@ class HealthChecker:
         t0 = time.perf_counter()
         report = HealthReport()
         # trajectories that never met this engine (replayed, scripted) cannot be compared with it
-        record = self.engine if self.engine is not None and len(self.engine) else None
+        record = self.engine if self.engine is not None and self.engine.contexts else None
         for t in trajectories:
             for finding in self.check_one(t, record):
                 if finding.check not in t.health:
