@@ -46,6 +46,7 @@ class EvalConfig:
     seed: int = 0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     out: str | None = None
+    health: str = "warn"  # rollout health checks: warn | fatal | off (docs/diagnostics-health.md)
 
     def validate(self) -> None:
         if self.engine not in ("vllm", "hf", "openai"):
@@ -54,6 +55,8 @@ class EvalConfig:
             raise ValueError(f"baseline={self.baseline!r}: choose one of {BASELINES}")
         if self.n < 1 or any(k > self.n for k in self.ks):
             raise ValueError(f"need n >= max(ks) >= 1, got n={self.n}, ks={self.ks}")
+        if self.health not in ("warn", "fatal", "off"):
+            raise ValueError(f"health={self.health!r}: choose warn, fatal or off")
         if self.engine == "openai" and not self.base_url:
             raise ValueError("engine=openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
 
@@ -77,10 +80,16 @@ def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url
 def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     """Run the evaluation and return the summary (also written to `cfg.out` when set)."""
     from algorithms.rollout import SamplingParams, run_episodes
+    from algorithms.rollout.health import HealthChecker, RecordedEngine
 
     cfg.validate()
     engine = engine or make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
     probe = gym.make(cfg.env, **cfg.env_kwargs).unwrapped
+    health = HealthChecker(mode="off")
+    if cfg.health != "off":
+        engine = RecordedEngine(engine)
+        health = HealthChecker.for_env(probe, mode=cfg.health, engine=engine, tokenizer=engine.tokenizer,
+                                       max_response_tokens=cfg.max_response_tokens)
     total = len(probe.tasks)
     count = total - cfg.first_task if cfg.limit is None else min(cfg.limit, total - cfg.first_task)
     if count <= 0:
@@ -102,6 +111,9 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     indices = list(range(cfg.first_task, cfg.first_task + count))
     trajs = asyncio.run(run_episodes(engine, make_env, params, tasks=indices, group_size=cfg.n,
                                      max_response_tokens=cfg.max_response_tokens, seed=cfg.seed, progress=True))
+    report = health.check(trajs) if health.enabled else None
+    if report is not None:
+        health.raise_or_warn(report.faults)
     samples = []
     for i, t in enumerate(trajs):
         c = t.components
@@ -111,9 +123,11 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
             "format_ok": float(bool(c.get("format_ok"))), "tool_calls": t.tool_calls,
             "truncated": float(t.truncated), "response_tokens": sum(t.loss_mask),
             "pred": c.get("pred"), "gold": c.get("gold"),
-            "response": engine.tokenizer.decode(t.response_ids),
+            "response": engine.tokenizer.decode(t.response_ids), "health": list(t.health),
         })
     metrics = summarize(samples, cfg.ks)
+    if report is not None:
+        metrics.update(report.metrics())
     summary = {
         "metrics": metrics,
         "config": asdict(cfg),
@@ -149,6 +163,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env-kwargs", default="{}", help='JSON, e.g. \'{"max_tool_calls": 5}\'')
     p.add_argument("--out", help="folder for samples.jsonl and summary.json")
+    p.add_argument("--health", default="warn", choices=["warn", "fatal", "off"],
+                   help="rollout health checks (docs/diagnostics-health.md)")
     p.set_defaults(func=_run)
 
 
@@ -158,6 +174,7 @@ def _run(args: argparse.Namespace) -> int:
         n=args.n, ks=tuple(int(k) for k in args.k.split(",")), limit=args.limit or None,
         first_task=args.first_task, temperature=args.temperature, max_response_tokens=args.max_response_tokens,
         baseline=args.baseline, seed=args.seed, env_kwargs=json.loads(args.env_kwargs), out=args.out,
+        health=args.health,
     )
     summary = evaluate(cfg)
     for key, value in summary["metrics"].items():
