@@ -181,11 +181,13 @@ class HealthChecker:
         report = HealthReport()
         # trajectories that never met this engine (replayed, scripted) cannot be compared with it
         record = self.engine if self.engine is not None and self.engine.contexts else None
-        for t in trajectories:
-            for finding in self.check_one(t, record):
-                if finding.check not in t.health:
-                    t.health.append(finding.check)
-                report.add(finding)
+        found = [(t, f) for t in trajectories for f in self.check_one(t, record)]
+        if self.tokenizer is not None:
+            found += self._render_drift(trajectories)
+        for t, finding in found:
+            if finding.check not in t.health:
+                t.health.append(finding.check)
+            report.add(finding)
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -198,8 +200,6 @@ class HealthChecker:
         out += self._loss_mask(t, lengths)
         out += self._truncation(t)
         out += self._reward(t)
-        if self.tokenizer is not None:
-            out += self._render_drift(t)
         return out
 
     def _finding(self, t: Any, check: str, index: int, detail: str) -> Finding:
@@ -260,8 +260,10 @@ class HealthChecker:
     def _truncation(self, t: Any) -> list[Finding]:
         n = len(t.response_ids)
         budget = self.max_response_tokens
+        comps = t.components or {}
+        # an answer that ends exactly at the budget is an answer (docs/rollout.md)
         cut = budget is not None and n >= budget and t.finish_reason == "length"
-        if cut and not t.truncated:
+        if cut and not t.truncated and comps.get("stop_reason") != "answer":
             return [self._finding(t, "truncation", n - 1,
                                   f"the episode used the whole budget of {budget} tokens and its last "
                                   f"segment stopped on length, but truncated=False (end_reason={t.end_reason!r})")]
@@ -271,14 +273,18 @@ class HealthChecker:
             return [self._finding(t, "truncation", n - 1, "truncated=True without an end_reason")]
         if budget is not None and n > budget:
             return [self._finding(t, "truncation", budget, f"{n} response tokens exceed the budget of {budget}")]
-        comps = t.components or {}
         if "reward" in comps and not _same(comps["reward"], t.reward):
             return [self._finding(t, "truncation", n - 1,
                                   f"reward {t.reward} is not the env's score of the partial response "
                                   f"({comps['reward']})")]
-        if comps.get("format_ok"):
-            return [self._finding(t, "truncation", n - 1,
-                                  "a truncated response has no answer, yet format_ok is true")]
+        if comps.get("format_ok") or comps.get("stop_reason") == "answer":
+            why = "a truncated response has no answer, yet this one was graded as answered"
+            if budget is not None and n <= budget:
+                # the env counts its budget by re-encoding text; a non-canonical or byte-split
+                # sampled tokenization re-encodes longer than the engine's ids
+                why += (f" ({n} engine tokens fit the budget of {budget}: the env's count of the "
+                        "re-encoded text did not; see render_drift)")
+            return [self._finding(t, "truncation", n - 1, why)]
         if self.format_failure_reward is not None and not _same(t.reward, self.format_failure_reward):
             return [self._finding(t, "truncation", n - 1,
                                   f"reward {t.reward}: a truncated response fails the format check and "
@@ -296,17 +302,22 @@ class HealthChecker:
                                       f"reward {r} is outside the recipe's range [{low}, {high}]")]
         return []
 
-    def _render_drift(self, t: Any) -> list[Finding]:
-        ids = list(t.prompt_ids) + list(t.response_ids)
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        again = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        at = _common_prefix(ids, again)
-        if at == len(ids) == len(again):
+    def _render_drift(self, trajectories: Sequence[Any]) -> list[tuple[Any, Finding]]:
+        """Decode and re-encode every trajectory (one batched tokenizer call each way)."""
+        if not trajectories:
             return []
-        index = at - len(t.prompt_ids)
-        return [self._finding(t, "render_drift", index,
-                              f"decoding and re-encoding gives id {_at(again, at)} where the engine's id is "
-                              f"{_at(ids, at)}")]
+        ids = [list(t.prompt_ids) + list(t.response_ids) for t in trajectories]
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=False)
+        again = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        out = []
+        for t, mine, other in zip(trajectories, ids, again, strict=True):
+            at = _common_prefix(mine, other)
+            if at == len(mine) == len(other):
+                continue
+            out.append((t, self._finding(t, "render_drift", at - len(t.prompt_ids),
+                                         f"decoding and re-encoding gives id {_at(other, at)} where the "
+                                         f"engine's id is {_at(mine, at)}")))
+        return out
 
     # ---- trainer against engine ---------------------------------------------------------------
 
