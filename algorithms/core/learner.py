@@ -685,8 +685,19 @@ class Learner:
         if hasattr(self.engine, "clear"):
             self.engine.clear()
         self._logprob_gaps = {}
-        self.health.raise_or_warn(report.faults)
+        self._health_verdict(report.faults)
         return report
+
+    def _health_verdict(self, findings: list[Any]) -> None:
+        """Warn about this rank's first failures; in fatal mode every rank raises together (one
+        rank raising alone would leave the others waiting in the next collective)."""
+        from algorithms.rollout.health import RolloutHealthError
+
+        if self.health.mode == "fatal" and self.world > 1:
+            total = float(self.reduce_sum(float(len(findings))))
+            if total and not findings:
+                raise RolloutHealthError("a rollout health check failed on another rank (its warning names it)")
+        self.health.raise_or_warn(findings)
 
     def _note_logprob_gap(self, rows: list[int], gap: torch.Tensor, mask: torch.Tensor) -> None:
         """|π_old − π_behaviour| on the trained tokens of a micro-batch: per row its max, where,
@@ -714,7 +725,7 @@ class Learner:
         out["health/logprob_diff_mean"] = float(total / tokens) if tokens else 0.0
         out["health/logprob_diff_max"] = float(worst)
         out["health/time_ms"] = 1000 * report.seconds
-        self.health.raise_or_warn(findings[:1])
+        self._health_verdict(findings[:1])
         return out
 
     def sync_engine(self) -> None:
@@ -745,7 +756,7 @@ class Learner:
                 )
             )
         if self.health.enabled:
-            self.health.raise_or_warn(self.health.check(trajs).faults)
+            self._health_verdict(self.health.check(trajs).faults)
         rows = {
             "reward_mean": [float(t.reward) for t in trajs],
             "accuracy": [float(t.components.get("correct", 0.0) or 0.0) for t in trajs],
