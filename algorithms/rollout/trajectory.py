@@ -50,6 +50,7 @@ class Trajectory:
     branch_offset: int | None = None
     lineage: dict[str, Any] = field(default_factory=dict)
     advantage: float | None = None  # set by the learner: mean advantage over the tokens it trained
+    health: list[str] = field(default_factory=list)  # rollout health checks it failed (docs/diagnostics.md)
 
     @property
     def input_ids(self) -> list[int]:

@@ -63,6 +63,7 @@ class EvalConfig:
     repeats: int = 1  # runs with seeds seed, seed+1, ...: the spread is the noise floor
     judge_url: str | None = None  # an OpenAI-compatible judge for `judge` tasks (or AGENT_ENVS_JUDGE_URL)
     judge_model: str | None = None
+    health: str = "warn"  # rollout health checks: warn | fatal | off (docs/diagnostics.md)
 
     def validate(self) -> None:
         if self.engine not in ("vllm", "hf", "openai"):
@@ -71,6 +72,8 @@ class EvalConfig:
             raise ValueError(f"baseline={self.baseline!r}: choose one of {BASELINES}")
         if self.n < 1 or any(k > self.n for k in self.ks):
             raise ValueError(f"need n >= max(ks) >= 1, got n={self.n}, ks={self.ks}")
+        if self.health not in ("warn", "fatal", "off"):
+            raise ValueError(f"health={self.health!r}: choose warn, fatal or off")
         if self.engine == "openai" and not self.base_url:
             raise ValueError("engine=openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
         if self.repeats < 1:
@@ -100,6 +103,7 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
 
 def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from agent_envs.tools.recording import ToolRecording
+    from algorithms.rollout.health import HealthChecker, RecordedEngine
 
     cfg.validate()
     probe = gym.make(cfg.env, **cfg.env_kwargs).unwrapped
@@ -108,6 +112,11 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     if count <= 0:
         raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
     engine = engine or make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
+    health = HealthChecker(mode="off")
+    if cfg.health != "off":
+        engine = RecordedEngine(engine)
+        health = HealthChecker.for_env(probe, mode=cfg.health, engine=engine, tokenizer=engine.tokenizer,
+                                       max_response_tokens=cfg.max_response_tokens)
     folder = replay_from or (Path(cfg.record) if cfg.record else None)
     recording = None
     if folder is not None:
@@ -116,7 +125,7 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     runs = []
     try:
         for r in range(cfg.repeats):
-            runs.append(_evaluate_once(cfg, engine, count, cfg.seed + r, recording, judge))
+            runs.append(_evaluate_once(cfg, engine, count, cfg.seed + r, recording, judge, health))
     finally:
         if recording is not None:
             recording.close()
@@ -142,8 +151,8 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     return summary, samples
 
 
-def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recording: Any, judge: Any
-                   ) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any], list[Any]]:
+def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recording: Any, judge: Any,
+                   health: Any) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any], list[Any]]:
     from algorithms.rollout import SamplingParams, run_episodes
 
     env_kwargs = dict(cfg.env_kwargs)
@@ -168,6 +177,9 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
     indices = list(range(cfg.first_task, cfg.first_task + count))
     trajs = asyncio.run(run_episodes(engine, make_env, params, tasks=indices, group_size=cfg.n,
                                      max_response_tokens=cfg.max_response_tokens, seed=seed, progress=True))
+    report = health.check(trajs) if health.enabled else None
+    if report is not None:
+        health.raise_or_warn(report.faults)
     samples = []
     for i, t in enumerate(trajs):
         c = t.components
@@ -177,9 +189,12 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
             "format_ok": float(bool(c.get("format_ok"))), "tool_calls": t.tool_calls,
             "truncated": float(t.truncated), "response_tokens": sum(t.loss_mask),
             "pred": c.get("pred"), "gold": c.get("gold"),
-            "response": engine.tokenizer.decode(t.response_ids),
+            "response": engine.tokenizer.decode(t.response_ids), "health": list(t.health),
         })
-    return samples, summarize(samples, cfg.ks), asdict(params), trajs
+    metrics = summarize(samples, cfg.ks)
+    if report is not None:
+        metrics.update(report.metrics())
+    return samples, metrics, asdict(params), trajs
 
 
 def _judge(cfg: EvalConfig, folder: Path | None, replay: bool) -> Any:
@@ -284,6 +299,8 @@ def add_cli(subparsers: Any) -> None:
                    "across them is printed beside each score")
     p.add_argument("--judge-url", help="OpenAI-compatible judge for judge-graded tasks (.../v1)")
     p.add_argument("--judge-model")
+    p.add_argument("--health", default="warn", choices=["warn", "fatal", "off"],
+                   help="rollout health checks (docs/diagnostics.md)")
     p.set_defaults(func=_run)
 
 
@@ -312,6 +329,7 @@ def _run(args: argparse.Namespace) -> int:
         first_task=args.first_task, temperature=args.temperature, max_response_tokens=args.max_response_tokens,
         baseline=args.baseline, seed=args.seed, env_kwargs=env_kwargs, out=args.out,
         record=args.record, repeats=args.repeats, judge_url=args.judge_url, judge_model=args.judge_model,
+        health=args.health,
     )
     _print_metrics(evaluate(cfg))
     return 0
