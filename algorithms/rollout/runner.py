@@ -180,6 +180,9 @@ def start_group(
     options: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Reset `env` once and return `group_size` paths on the same prompt (the others are forks)."""
+    # The runner holds each path to the budget in the ids the engine produced. The env's own count
+    # re-encodes the text, which can differ, and would end answered episodes as over budget.
+    env.unwrapped.max_response_tokens = None
     prompt, info = env.reset(seed=seed, options=options)
     prompt_ids = info.get("prompt_token_ids") or encode(tokenizer, prompt)
     envs = [env] + [env.fork() for _ in range(group_size - 1)]
