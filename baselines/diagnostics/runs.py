@@ -85,6 +85,10 @@ class Run:
             if step != 0:
                 raise KeyError(f"{self.path}: an evaluate run has its trajectories at step 0, not {step}")
             return self.path / EVAL_TRAJECTORIES
+        # the learner's own name: found without listing the folder, once per step of a long run
+        written = self.path / TRAJECTORY_DIR / f"step_{step:06d}.jsonl"
+        if written.is_file():
+            return written
         files = self._step_files()
         if step not in files:
             raise KeyError(f"{self.path}: no trajectories for step {step}; saved steps: {sorted(files)}")
