@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any
 
 
-def iter_json_objects(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[str, int, dict[str, Any]]]:
+def iter_json_objects(
+    path: str | os.PathLike, what: str = "file", *, growing: bool = False
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
     """(`"path:line"`, line number, object) for every non-blank line (`.gz` is read as gzip).
 
     A missing file raises FileNotFoundError; a line that is not valid JSON, or not a JSON object,
-    raises ValueError naming `path:line`.
+    raises ValueError naming `path:line`. With `growing` (a file another process is appending to,
+    such as the metrics of a run still training) a last line without its newline that does not
+    parse is a write in progress: it ends the rows instead of raising, and a later read gets it.
     """
     path = Path(path)
     if not path.is_file():
@@ -35,6 +39,8 @@ def iter_json_objects(path: str | os.PathLike, what: str = "file") -> Iterator[t
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
+                if growing and not line.endswith("\n"):
+                    return
                 raise ValueError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")

@@ -26,9 +26,11 @@ What a folder holds, by kind:
   order; a learner run's own `eval_*` folders are evaluate runs of that learner's algorithm.
 
 Files are read on request, never cached: a run that is still training shows its new steps on the
-next call, and memory holds one step's trajectories at a time when a caller iterates.
-Rows may carry fields that this version's `Trajectory` lacks (written by a newer version): they
-are dropped, and `Run.dropped_fields` names them. Errors name the file and line.
+next call, and memory holds one step's trajectories at a time when a caller iterates. The last
+line of a JSONL file that a training run is still writing (no newline yet, not valid JSON) is
+skipped, not reported; any other malformed line raises ValueError naming the file and line.
+Rows may carry fields that this version's `Trajectory` lacks (written by a newer version):
+`Run.trajectories` drops them and `Run.dropped_fields` names them; `Run.rows` keeps every field.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_envs.data.jsonl import iter_json_objects
-from algorithms.core.run_log import CONFIG_FILE, METRICS_FILE, read_metrics
+from algorithms.core.run_log import CONFIG_FILE, METRICS_FILE
 from algorithms.rollout.trajectory import Trajectory
 
 TRAJECTORY_DIR = "trajectories"
@@ -83,15 +85,22 @@ class Run:
             if step != 0:
                 raise KeyError(f"{self.path}: an evaluate run has its trajectories at step 0, not {step}")
             return self.path / EVAL_TRAJECTORIES
+        # the learner's own name: found without listing the folder, once per step of a long run
+        written = self.path / TRAJECTORY_DIR / f"step_{step:06d}.jsonl"
+        if written.is_file():
+            return written
         files = self._step_files()
         if step not in files:
             raise KeyError(f"{self.path}: no trajectories for step {step}; saved steps: {sorted(files)}")
         return files[step]
 
+    def rows(self, step: int) -> Iterator[dict[str, Any]]:
+        """The rows of one step as written, every field kept; a malformed line raises after the rows before it."""
+        return (row for _, row in _rows(self.trajectory_file(step), "trajectory file"))
+
     def trajectories(self, step: int) -> list[Trajectory]:
         """The trajectories of one step, in the order they were written."""
-        return [self._trajectory(where, row) for where, _, row in iter_json_objects(self.trajectory_file(step),
-                                                                                   "trajectory file")]
+        return [self._trajectory(where, row) for where, row in _rows(self.trajectory_file(step), "trajectory file")]
 
     def iter_trajectories(self) -> Iterator[tuple[int, Trajectory]]:
         """(step, trajectory) over every saved step, reading one file at a time."""
@@ -99,12 +108,11 @@ class Run:
             for t in self.trajectories(step):
                 yield step, t
 
-    def samples(self) -> list[dict[str, Any]]:
-        """An evaluate run's `samples.jsonl` rows (empty for a learner run)."""
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """An evaluate run's `samples.jsonl` rows (none for a learner run)."""
         path = self.path / EVAL_SAMPLES
-        if self.kind != "evaluate" or not path.is_file():
-            return []
-        return [row for _, _, row in iter_json_objects(path, "samples file")]
+        if self.kind == "evaluate" and path.is_file():
+            yield from (row for _, row in _rows(path, "samples file"))
 
     def _trajectory(self, where: str, row: dict[str, Any]) -> Trajectory:
         unknown = row.keys() - _TRAJECTORY_FIELDS
@@ -131,9 +139,9 @@ def load_run(path: str | Path, name: str | None = None, algorithm: str | None = 
         return Run(path, "evaluate", name, algorithm or "evaluate", dict(summary.get("config", {})),
                    summary=summary)  # fmt: skip
     if is_learner_run(path):
-        config = _read_config(path)
+        config, metrics = _read_config(path), path / METRICS_FILE
         return Run(path, "learner", name, algorithm or str(config.get("algo", "unknown")), config,
-                   metrics=read_metrics(path))  # fmt: skip
+                   metrics=[row for _, row in _rows(metrics, "metrics file")] if metrics.is_file() else [])  # fmt: skip
     raise ValueError(
         f"{path}: not a run folder: a learner run holds {METRICS_FILE} or {TRAJECTORY_DIR}/, an evaluate "
         f"output holds {EVAL_SUMMARY} and {EVAL_SAMPLES}"
@@ -166,6 +174,11 @@ def _walk(folder: Path, root: Path, depth: int, parent_algo: str | None, out: li
         return
     for child in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in _NOT_RUNS):
         _walk(child, root, depth - 1, parent_algo, out)
+
+
+def _rows(path: Path, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("path:line", object) per line of a JSONL file that a run may still be writing."""
+    return ((where, row) for where, _, row in iter_json_objects(path, what, growing=True))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

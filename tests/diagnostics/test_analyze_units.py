@@ -1,5 +1,5 @@
 """`agent-envs analyze` on hand-built runs whose numbers are known: the entropy curve around tool
-results, phases, forks and depths, the PCA, and the reader's errors."""
+results, phases, forks and depths, the PCA, and the reader's errors and runs still being written."""
 
 from __future__ import annotations
 
@@ -128,6 +128,30 @@ def test_reader_errors_and_fields_of_newer_versions(tmp_path):
     empty = write_run(tmp_path / "empty", "grpo", {})
     with pytest.raises(ValueError, match="save_trajectories=true"):
         analyze([empty], tmp_path / "out")
+
+
+def test_half_written_last_lines_of_a_run_still_training_are_skipped_by_analyze_and_view(tmp_path):
+    from baselines.diagnostics.view.server import prompt_rows, run_rows
+
+    run = write_run(tmp_path / "live", "grpo", {1: [traj("101", [1.0, 0.0, 2.0], reward=1.0)] * 2})
+    step, metrics = run / "trajectories" / "step_000001.jsonl", run / "metrics.jsonl"
+    whole_step, whole_metrics = step.read_text(), metrics.read_text()
+    step.write_text(whole_step + whole_step.splitlines()[0][:25])  # the writers are mid-line
+    metrics.write_text(whole_metrics + '{"step": 2, "rew')
+    [found] = find_runs(run)
+    assert len(found.trajectories(1)) == 2 and found.metrics == [{"step": 1}]
+    [row] = analyze([run], tmp_path / "out")["runs"]
+    assert (row["trajectories"], row["reward"]) == (2, 1.0)
+    [shown] = run_rows({found.name: found})
+    assert (shown["steps"], shown["errors"]) == ([1], [])
+    assert [p["trajectories"] for p in prompt_rows({found.name: found}, {})] == [2]
+    # the same line with its newline is malformed, not in progress: both say where
+    step.write_text(whole_step + "{broken\n")
+    with pytest.raises(ValueError, match=r"step_000001.jsonl:3: not valid JSON"):
+        analyze([run], tmp_path / "out")
+    [shown] = run_rows({found.name: found})
+    assert len(shown["errors"]) == 1 and f"{step}:3: not valid JSON" in shown["errors"][0]
+    assert [p["trajectories"] for p in prompt_rows({found.name: found}, {})] == [2]  # the rows before it
 
 
 def test_cli_reports_a_folder_without_runs(tmp_path, capsys):

@@ -239,6 +239,9 @@ async def test_errors_name_the_file_line_and_what_exists(tmp_path, tok):
         assert "save_trajectories=true" in (await get(client, "/api/runs"))["runs"][0]["errors"][0]
     with pytest.raises(FileNotFoundError, match="not a folder"):
         make_app(tmp_path / "missing")
+    (tmp_path / "no_runs" / "notes").mkdir(parents=True)
+    async with TestClient(TestServer(make_app(tmp_path / "no_runs"))) as client:
+        assert "no learner run (metrics.jsonl)" in (await get(client, "/api/runs", 500))["error"]
 
 
 async def test_an_evaluation_folder_is_one_step_of_flat_groups(tmp_path):
@@ -282,6 +285,26 @@ async def test_an_evaluation_folder_is_one_step_of_flat_groups(tmp_path):
         assert view["trajectories"][0]["pieces"] == [
             {"kind": "gen", "shared": False, "text": "no answer", "entropy": None}
         ]
+
+
+async def test_an_evaluation_with_token_rows_shows_their_entropies(tmp_path, tok, tokenizer_file):
+    out = tmp_path / "eval"
+    out.mkdir()
+    trajs = group(tok, 0, "What is 2 + 3?", tool=False) + group(tok, 1, "Say 5.", tool=False)
+    write_jsonl(trajs, out / "trajectories.jsonl")
+    # the samples of the same episodes: shown only by outputs written before trajectories.jsonl
+    samples = [{"task_id": t.task_id, "reward": t.reward, "response": "not shown"} for t in trajs]
+    (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    summary = {"metrics": {"reward_mean": 1.0}, "config": {"model": str(tokenizer_file.parent)}}
+    (out / "summary.json").write_text(json.dumps(summary))
+    async with TestClient(TestServer(make_app(out))) as client:
+        [run] = (await get(client, "/api/runs"))["runs"]
+        assert (run["kind"], run["steps"], run["reward_mean"]) == ("evaluate", [0], 1.0)
+        view = await get(client, "/api/prompt?run=eval&step=0&group=0")
+        assert view["tokenizer"] and view["task"] == "What is 2 + 3?"
+        [shown] = view["trajectories"]
+        tokens = [t for p in shown["pieces"] for t in p["tokens"]]
+        assert [h for _, h in tokens] == trajs[0].entropy and "not shown" not in str(shown)
 
 
 async def test_the_page_and_its_assets_are_served(runs_client):

@@ -4,10 +4,11 @@
     agent-envs view runs/compare --port 0     # every run under a folder; 0 picks a free port
 
 RUN is a learner run (`config.json`, `metrics.jsonl`, `trajectories/step_*.jsonl`, written with
-`save_trajectories=true`), an evaluation folder (`samples.jsonl`, `summary.json`), or a folder
-holding such runs (up to three levels down), which makes the algorithm filter useful. Files are
-read when the page asks and re-read only when they change, so a run still training shows its
-new steps on reload. The page is plain HTML/CSS/JS from `static/`; the JSON it reads:
+`save_trajectories=true`), an evaluation folder (`summary.json`, `samples.jsonl` and, from newer
+versions, `trajectories.jsonl`), or a folder holding such runs (up to three levels down), which
+makes the algorithm filter useful; `baselines.diagnostics.runs` reads them. Files are read when
+the page asks and parsed again only when they change, so a run still training shows its new
+steps on reload. The page is plain HTML/CSS/JS from `static/`; the JSON it reads:
 
     GET /api/runs                                   runs, their algorithm, steps, read errors
     GET /api/prompts?run=&algo=&step=&outcome=correct|incorrect&tool=used|unused
@@ -28,21 +29,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from baselines.diagnostics.runs import EVAL_SAMPLES, Run, find_runs
+
 STATIC = Path(__file__).parent / "static"
 DEFAULT_PORT = 8765
 SEARCH_DEPTH = 3  # how far below RUN to look for runs
-# folders inside a run that never hold runs themselves
-_RUN_PARTS = {"trajectories", "checkpoints", "final_model", "tb", "wandb"}
-_STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
 # a tool result the env inserted right after a call's closing tag (used only without a tokenizer)
 _INSERTED_RESULT = re.compile(
     r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S
@@ -52,105 +52,42 @@ _CALL_END = re.compile(r"</(?!answer>|think>)([\w-]+)>\s*$")
 _LONG_STRING = 80  # longer string components (the parsed action) are left out of the table
 
 
-# ---- reading run folders -------------------------------------------------------------------------
-# `_read_run` is the only entry point: everything below this section sees a run as its dict, so a
-# shared run reader can replace this section without touching the rest.
+# ---- the rows of a run (read by baselines.diagnostics.runs) ---------------------------------------
 
 _row_cache: dict[Path, tuple[tuple[int, int], list[dict[str, Any]], str | None]] = {}
 
 
-def _read_rows(path: Path) -> tuple[list[dict[str, Any]], str | None]:
-    """The objects of a JSONL file and an error naming `path:line` (None when clean).
-
-    Re-read only when its size or mtime changed. A last line without its newline is a write in
-    progress: it is left for a later request rather than reported.
-    """
+def _cached_rows(path: Path, rows: Iterator[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """The rows of `path` and the error that stopped them (None when clean). Parsed again only
+    when the file's size or mtime changed: the page asks for every step on each reload."""
     stat = path.stat()
     key = (stat.st_mtime_ns, stat.st_size)
     hit = _row_cache.get(path)
-    if hit is not None and hit[0] == key:
-        return hit[1], hit[2]
-    lines = path.read_text(encoding="utf-8").split("\n")
-    rows: list[dict[str, Any]] = []
-    error = None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    if hit is None or hit[0] != key:
+        read: list[dict[str, Any]] = []
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if n == len(lines):
-                break
-            error = f"{path}:{n}: not valid JSON ({exc.msg}); this line and the rows after it are not shown"
-            break
-        if not isinstance(row, dict):
-            kind = type(row).__name__
-            error = f"{path}:{n}: expected a JSON object, got {kind}; this line and the rows after it are not shown"
-            break
-        rows.append(row)
-    _row_cache[path] = (key, rows, error)
-    return rows, error
+            read.extend(rows)
+            hit = (key, read, None)
+        except ValueError as exc:
+            hit = (key, read, f"{exc}; this line and the rows after it are not shown")
+        _row_cache[path] = hit
+    return hit[1], hit[2]
 
 
-def _read_json(path: Path, errors: list[str]) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        if path.suffix == ".yaml":
-            import yaml
-
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        else:
-            data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as exc:  # yaml's and json's errors are ValueErrors
-        errors.append(f"{path}: unreadable ({exc})")
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _read_run(folder: Path) -> dict[str, Any]:
-    """Everything the viewer shows of one run folder.
-
-    Returns `kind` (learner | evaluate), `algo`, `config`, `metrics` (rows), `steps` ({step:
-    trajectory rows as dicts}) and `errors` (messages naming file and line). An evaluation's
-    samples become step 0, one flat group per task.
-    """
-    errors: list[str] = []
-    if (folder / "samples.jsonl").is_file():
-        summary = _read_json(folder / "summary.json", errors)
-        rows, error = _read_rows(folder / "samples.jsonl")
-        errors += [error] if error else []
+def _steps(run: Run) -> tuple[dict[int, list[dict[str, Any]]], list[str]]:
+    """Step -> the rows the page shows, and read errors. Rows stay dicts, so fields newer than
+    this version's `Trajectory` (`health`) still reach the page. An evaluate output written
+    before `trajectories.jsonl` existed shows its samples at step 0, one flat group per task."""
+    steps, errors = {}, []
+    if run.kind == "evaluate" and not run.steps:
+        rows, error = _cached_rows(run.path / EVAL_SAMPLES, run.samples())
         groups: dict[str, int] = {}
-        steps = {0: [_sample_as_trajectory(i, row, groups) for i, row in enumerate(rows)]}
-        config = summary.get("config") or {}
-        return {
-            "kind": "evaluate",
-            "algo": "evaluate",
-            "config": config,
-            "metrics": [summary["metrics"]] if "metrics" in summary else [],
-            "steps": steps,
-            "errors": errors,
-        }
-    config = _read_json(folder / "config.json", errors) or _read_json(folder / "config.yaml", errors)
-    metrics: list[dict[str, Any]] = []
-    if (folder / "metrics.jsonl").is_file():
-        metrics, error = _read_rows(folder / "metrics.jsonl")
+        steps[0] = [_sample_as_trajectory(i, row, groups) for i, row in enumerate(rows)]
         errors += [error] if error else []
-    steps: dict[int, list[dict[str, Any]]] = {}
-    for path in sorted((folder / "trajectories").glob("step_*.jsonl")):
-        match = _STEP_FILE.fullmatch(path.name)
-        if match:
-            rows, error = _read_rows(path)
-            errors += [error] if error else []
-            steps[int(match.group(1))] = rows
-    return {
-        "kind": "learner",
-        "algo": str(config.get("algo", "?")),
-        "config": config,
-        "metrics": metrics,
-        "steps": steps,
-        "errors": errors,
-    }
+    for step in run.steps:
+        steps[step], error = _cached_rows(run.trajectory_file(step), run.rows(step))
+        errors += [error] if error else []
+    return steps, errors
 
 
 def _sample_as_trajectory(index: int, sample: dict[str, Any], groups: dict[str, int]) -> dict[str, Any]:
@@ -169,30 +106,8 @@ def _sample_as_trajectory(index: int, sample: dict[str, Any], groups: dict[str, 
     }
 
 
-def _is_run(folder: Path) -> bool:
-    return (
-        (folder / "trajectories").is_dir()
-        or (folder / "samples.jsonl").is_file()
-        or (folder / "metrics.jsonl").is_file()
-    )
-
-
-def find_runs(root: Path) -> dict[str, Path]:
-    """Name (path below `root`) -> folder of every run at or under `root`."""
-    if _is_run(root):
-        return {root.name: root}
-    found: dict[str, Path] = {}
-    level = [root]
-    for _ in range(SEARCH_DEPTH):
-        below = []
-        for folder in level:
-            for child in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in _RUN_PARTS):
-                if _is_run(child):
-                    found[child.relative_to(root).as_posix()] = child
-                else:
-                    below.append(child)
-        level = below
-    return found
+def _find_runs(root: Path) -> dict[str, Run]:
+    return {run.name: run for run in find_runs(root, SEARCH_DEPTH)}
 
 
 # ---- tokens and text pieces ----------------------------------------------------------------------
@@ -389,9 +304,9 @@ def _scalar_components(components: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _groups(run: dict[str, Any]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+def _groups(run: Run) -> dict[tuple[int, int], list[dict[str, Any]]]:
     out: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for step, rows in run["steps"].items():
+    for step, rows in _steps(run)[0].items():
         for row in rows:
             out.setdefault((step, int(row.get("group_id", 0))), []).append(row)
     return out
@@ -407,18 +322,16 @@ def _matches(rows: list[dict[str, Any]], outcome: str, tool: str) -> bool:
     return not (tool == "unused" and all(r.get("tool_calls", 0) for r in rows))
 
 
-def prompt_rows(runs: dict[str, Path], query: dict[str, str]) -> list[dict[str, Any]]:
+def prompt_rows(runs: dict[str, Run], query: dict[str, str]) -> list[dict[str, Any]]:
     """One summary per prompt (run, step, group) that passes the query's filters."""
     outcome, tool = query.get("outcome", ""), query.get("tool", "")
     step = int(query["step"]) if query.get("step", "").lstrip("-").isdigit() else None
     out = []
-    for name, folder in runs.items():
-        if query.get("run") and query["run"] != name:
+    for name, run in runs.items():
+        # an empty filter (the page sends every field) matches every run
+        if (query.get("run") or name) != name or (query.get("algo") or run.algorithm) != run.algorithm:
             continue
-        run = _read_run(folder)
-        if query.get("algo") and query["algo"] != run["algo"]:
-            continue
-        tokenizer = _tokenizer_for(folder, run["config"])
+        tokenizer = _tokenizer_for(run.path, run.config)
         for (s, group), rows in sorted(_groups(run).items()):
             if (step is not None and s != step) or not _matches(rows, outcome, tool):
                 continue
@@ -426,7 +339,7 @@ def prompt_rows(runs: dict[str, Path], query: dict[str, str]) -> list[dict[str, 
             out.append(
                 {
                     "run": name,
-                    "algo": run["algo"],
+                    "algo": run.algorithm,
                     "step": s,
                     "group": group,
                     "task_id": rows[0].get("task_id", ""),
@@ -442,13 +355,12 @@ def prompt_rows(runs: dict[str, Path], query: dict[str, str]) -> list[dict[str, 
     return out
 
 
-def prompt_view(name: str, folder: Path, step: int, group: int) -> dict[str, Any] | None:
+def prompt_view(run: Run, step: int, group: int) -> dict[str, Any] | None:
     """The task and every trajectory of one prompt, or None when the run has no such prompt."""
-    run = _read_run(folder)
     rows = _groups(run).get((step, group))
     if rows is None:
         return None
-    tokenizer = _tokenizer_for(folder, run["config"])
+    tokenizer = _tokenizer_for(run.path, run.config)
     task, prompt = _task_text(rows[0], tokenizer)
     trajectories = []
     for i, row in enumerate(rows):
@@ -474,8 +386,8 @@ def prompt_view(name: str, folder: Path, step: int, group: int) -> dict[str, Any
             }
         )
     return {
-        "run": name,
-        "algo": run["algo"],
+        "run": run.name,
+        "algo": run.algorithm,
         "step": step,
         "group": group,
         "task_id": rows[0].get("task_id", ""),
@@ -486,22 +398,21 @@ def prompt_view(name: str, folder: Path, step: int, group: int) -> dict[str, Any
     }
 
 
-def run_rows(runs: dict[str, Path]) -> list[dict[str, Any]]:
+def run_rows(runs: dict[str, Run]) -> list[dict[str, Any]]:
     out = []
-    for name, folder in runs.items():
-        run = _read_run(folder)
-        errors = list(run["errors"])
-        if run["kind"] == "learner" and not run["steps"]:
+    for name, run in runs.items():
+        steps, errors = _steps(run)
+        if run.kind == "learner" and not steps:
             errors.append(
-                f"{folder}: no trajectories/step_*.jsonl; train with save_trajectories=true to see them here"
+                f"{run.path}: no trajectories/step_*.jsonl; train with save_trajectories=true to see them here"
             )
-        last = run["metrics"][-1] if run["metrics"] else {}
+        last = run.metrics[-1] if run.metrics else run.summary.get("metrics", {})
         out.append(
             {
                 "name": name,
-                "kind": run["kind"],
-                "algo": run["algo"],
-                "steps": sorted(run["steps"]),
+                "kind": run.kind,
+                "algo": run.algorithm,
+                "steps": sorted(steps),
                 "reward_mean": last.get("reward_mean"),
                 "accuracy": last.get("accuracy"),
                 "errors": errors,
@@ -538,14 +449,23 @@ def make_app(root: str | Path) -> web.Application:
     async def index(_request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
+    @web.middleware
+    async def unreadable(request: web.Request, handler: Any) -> web.StreamResponse:
+        # no run under root, or a run's config.json / metrics.jsonl is malformed: the message
+        # names the folder or file and line, and the page shows it
+        try:
+            return await handler(request)
+        except ValueError as exc:
+            return _json({"error": str(exc)}, 500)
+
     async def runs(_request: web.Request) -> web.Response:
-        return _json({"root": str(root), "runs": run_rows(find_runs(root))})
+        return _json({"root": str(root), "runs": run_rows(_find_runs(root))})
 
     async def prompts(request: web.Request) -> web.Response:
-        return _json({"prompts": prompt_rows(find_runs(root), dict(request.query))})
+        return _json({"prompts": prompt_rows(_find_runs(root), dict(request.query))})
 
     async def prompt(request: web.Request) -> web.Response:
-        found = find_runs(root)
+        found = _find_runs(root)
         q = request.query
         name = q.get("run", "")
         if name not in found:
@@ -556,12 +476,12 @@ def make_app(root: str | Path) -> web.Application:
             return _json(
                 {"error": "step and group must be integers, e.g. /api/prompt?run=R&step=1&group=0"}, 400
             )
-        view = prompt_view(name, found[name], step, group)
+        view = prompt_view(found[name], step, group)
         if view is None:
             return _json({"error": f"run {name!r} has no prompt at step {step}, group {group}"}, 404)
         return _json(view)
 
-    app = web.Application()
+    app = web.Application(middlewares=[unreadable])
     app.router.add_get("/", index)
     app.router.add_get("/api/runs", runs)
     app.router.add_get("/api/prompts", prompts)

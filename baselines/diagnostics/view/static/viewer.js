@@ -69,7 +69,6 @@ async function loadRuns(state) {
   fillSelect(form.elements.step, steps.map(String), state.step || "");
   for (const name of ["outcome", "tool"]) form.elements[name].value = state[name] || "";
   const errors = runs.flatMap((r) => r.errors);
-  if (!runs.length) errors.push(`no runs under ${data.root}: pass a run's output_dir or an evaluate --out folder`);
   document.getElementById("errors").replaceChildren(...errors.map((e) => el("div", {}, e)));
 }
 
