@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,47 +20,18 @@ from learner_support import REPO, SFT_ENV_OVERRIDE, cli_env
 
 from algorithms.rollout import HFEngine, SamplingParams
 from algorithms.rollout.vllm_server import VLLMServerEngine
+from tests.servers import free_port, running_server
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(sft_run, tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("rollout-server") / "server.log"
-    env = {**cli_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    port = free_port()
     cmd = [sys.executable, "-m", "agent_envs.cli", "serve-rollout", sft_run["model"], "--port", str(port),
            "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager"]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"serve-rollout exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"serve-rollout did not come up in 300 s:\n{log.read_text()[-3000:]}"
-            time.sleep(1)
+    with running_server(cmd, port, tmp_path_factory.mktemp("rollout-server") / "server.log", cli_env()) as url:
         yield f"{url}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _prompts(tok, n=3):

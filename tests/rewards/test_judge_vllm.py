@@ -5,28 +5,14 @@ is parsed, or a clear parse error is reported), not the verdict's wisdom.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import pytest
 
 from agent_envs.rewards.judge import LLMJudge
+from tests.servers import free_port, running_server, vllm_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 Q, GOLD = "What is the capital of France?", ["Paris"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -34,44 +20,12 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("vllm")
     from algorithms.models.tiny import build_tiny_model
 
-    model = build_tiny_model()
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in the server process: one start-up, not three
-    }
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-        "--served-model-name", "tiny-judge", "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager",
-        "--distributed-executor-backend", "uni",
-    ]  # fmt: skip
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 300  # start-up is ~40 s on an idle 2-core machine
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{Path(log).read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vLLM server not up after 300 s:\n{Path(log).read_text()[-3000:]}")
-                time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    cmd = vllm_command(build_tiny_model(), "tiny-judge", port, "--distributed-executor-backend", "uni")
+    # engine core in the server process: one start-up, not three
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    with running_server(cmd, port, tmp_path_factory.mktemp("vllm") / "server.log", env, "/v1/models") as url:
+        yield f"{url}/v1"
 
 
 def test_strict_judge_over_vllm_parses_or_reports(vllm_server: str) -> None:

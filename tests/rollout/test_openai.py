@@ -3,82 +3,24 @@ and through a real aiohttp proxy that fails the first requests (retries)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-
 import aiohttp
 import pytest
 from aiohttp import web
 
 from algorithms.rollout import OpenAIEngine, SamplingParams
+from tests.servers import free_port, running_server, vllm_command
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_path, tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(tiny_model_path),
-        "--served-model-name",
-        "tiny",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        "1024",
-        "--enforce-eager",
-        "--max-logprobs",
-        "20",
-        "--logprobs-mode",
-        "processed_logprobs",
-        "--seed",
-        "0",
-    ]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server did not come up in 240 s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+    port = free_port()
+    cmd = vllm_command(tiny_model_path, "tiny", port, "--max-logprobs", "20",
+                       "--logprobs-mode", "processed_logprobs", "--seed", "0")
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # engine core in the server process: a faster start
+    with running_server(cmd, port, tmp_path_factory.mktemp("vllm-server") / "server.log", env) as url:
         yield f"{url}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _prompts(tok, n=4):
@@ -153,7 +95,7 @@ async def test_openai_engine_retries_through_a_flaky_proxy(vllm_server, hf_engin
     app.router.add_post("/v1/completions", proxy)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     engine = OpenAIEngine(f"http://127.0.0.1:{port}/v1", "tiny", hf_engine.tokenizer, max_retries=3)
     try:
