@@ -27,6 +27,11 @@ from agent_envs.rewards.extract import extract_prediction
 
 DEFAULT_TIMEOUT_S = 1.0
 DEFAULT_REL_TOL = 1e-6
+# Longest prediction graded (or 4x the longest golden answer, if more). Real answers are short:
+# the longest MATH-500 gold has 53 characters. A megabyte in \boxed{} is wrong, and grading it
+# costs seconds (backtracking unit regexes, then a symbolic timeout and a worker restart), which
+# a policy could repeat to stall rollouts.
+MAX_PRED_CHARS = 1000
 
 # ---------------------------------------------------------------------------------------------
 # normalisation
@@ -263,6 +268,10 @@ def _items_equal(pred: list[str], gold: list[str], rel_tol: float, depth: int, o
 # the public grader
 
 
+def _too_long(pred: str, golden_answers: list[str]) -> bool:
+    return len(pred) > max(MAX_PRED_CHARS, 4 * max(map(len, golden_answers), default=0))
+
+
 def math_equal(
     pred: str | None,
     golden_answers: list[str],
@@ -271,9 +280,12 @@ def math_equal(
 ) -> tuple[bool, dict[str, Any]]:
     """(equivalent to some golden answer?, components). Never raises; a grader failure gives
     False with `grader_error` set. Components: `math_method` (string, number, choice, list, words,
-    math_verify, sympy, symbolic or none), `gold` (the matching or first golden answer)."""
+    math_verify, sympy, symbolic, too_long (over `MAX_PRED_CHARS`: not graded) or none), `gold` (the matching or first golden answer)."""
     comps: dict[str, Any] = {"gold": golden_answers[0] if golden_answers else None, "math_method": "none"}
     if pred is None or not golden_answers:
+        return False, comps
+    if _too_long(pred, golden_answers):
+        comps["math_method"] = "too_long"
         return False, comps
     try:
         undecided = []
@@ -337,10 +349,11 @@ async def amath_reward(
     event loop keeps running while a worker process computes."""
     try:
         pred = extract_prediction(response)
-        quick = [cheap_equal(pred, g, rel_tol) for g in golden_answers] if pred is not None else []
+        graded = pred is not None and not _too_long(pred, golden_answers)
+        quick = [cheap_equal(pred, g, rel_tol) for g in golden_answers] if graded else []
     except Exception as e:
         return _result(None, False, {"grader_error": f"{type(e).__name__}: {e}"})
-    if pred is None or True in quick or None not in quick:
+    if not graded or True in quick or None not in quick:
         ok, comps = math_equal(pred, golden_answers, timeout, rel_tol)
         return _result(pred, ok, comps)
     ok, comps = await asyncio.to_thread(math_equal, pred, golden_answers, timeout, rel_tol)
