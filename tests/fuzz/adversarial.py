@@ -43,11 +43,14 @@ def _tags(tools: list[str]) -> list[str]:
     return out + ["\\boxed{", "\\boxed ", "\\fbox{", "}", "{", "<<<", ">>>", "```python\n", "```"]
 
 
-def _json_call_variants(rng: random.Random, tools: list[str]) -> str:
+JSON_VARIANTS = 14
+
+
+def json_call_body(rng: random.Random, tools: list[str], pick: int | None = None) -> str:
     """Tool-call bodies for the JSON protocol: valid, truncated, mistyped, deeply nested."""
     name = rng.choice([*tools, "nope", ""]) if tools else "nope"
     arg = rng.choice(["Paris", "print(1)", "", " ", "\x00", "\ud800", "x" * rng.randint(0, 300)])
-    pick = rng.randrange(14)
+    pick = rng.randrange(JSON_VARIANTS) if pick is None else pick
     if pick == 0:
         return json.dumps({"name": name, "arguments": {"query": arg}})
     if pick == 1:
@@ -66,9 +69,9 @@ def _json_call_variants(rng: random.Random, tools: list[str]) -> str:
     if pick == 6:
         return json.dumps({"name": name, "arguments": json.dumps({"query": arg})})  # arguments as a JSON string
     if pick == 7:
-        return '{"name": "%s", "arguments": {"q": NaN, "r": Infinity, "s": -Infinity}}' % name
+        return '{"name": "' + name + '", "arguments": {"q": NaN, "r": Infinity, "s": -Infinity}}'
     if pick == 8:
-        return '{"name": "%s", "name": "%s", "arguments": {"q": "\\ud800\\u0000"}}' % (name, name)
+        return '{"name": "' + name + '", "name": "x", "arguments": {"q": "\\ud800\\u0000"}}'
     if pick == 9:
         return json.dumps({"name": name, "arguments": {"a": arg, "b": [1, {"c": None}], "d": 1e308}})
     if pick == 10:
@@ -77,8 +80,8 @@ def _json_call_variants(rng: random.Random, tools: list[str]) -> str:
         return json.dumps(rng.choice([None, 0, "search", [], {}, {"arguments": {}}]))
     if pick == 12:
         digits = "9" * rng.choice([3, 400, 5000])  # Python refuses to parse ints over 4300 digits
-        return '{"name": "%s", "arguments": {"q": %s}}' % (name, digits)
-    return '{"name": "%s", "arguments": {"query": "%s"}}' % (name, rng.choice(EDGE_CHARS))
+        return '{"name": "' + name + '", "arguments": {"q": ' + digits + "}}"
+    return '{"name": "' + name + '", "arguments": {"query": "' + rng.choice(EDGE_CHARS) + '"}}'
 
 
 def _soup(rng: random.Random, tools: list[str], n: int) -> str:
@@ -118,7 +121,7 @@ def random_action(rng: random.Random, tools: list[str], protocol: str, kind: str
         text = rng.choice(["<think>", "<answer>\\boxed{", "<answer>", "<tool_call>{", "<search>Paris", "<python>print(1)",
                            "<think>x</think><answer>\\boxed{Paris", "\\boxed{\\frac{1}{", "<result>", "</answer>"])
     elif kind == "json":
-        body = _json_call_variants(rng, tools)
+        body = json_call_body(rng, tools)
         text = rng.choice(["<tool_call>{}</tool_call>", "<tool_call>\n{}\n</tool_call>", "{}", "<tool_call>{}"]).format(body)
         text = text.replace("{}", body) if "{}" in text else text
     elif kind == "unicode":
@@ -144,6 +147,22 @@ def random_action(rng: random.Random, tools: list[str], protocol: str, kind: str
                            "\\sqrt{\\sqrt{\\sqrt{2}}}" * 20, "1,2,3", "(0,1]", "\\infty", "1e999", "0.1" * 200])
         text = rng.choice(["<think>t</think>", "", "<think></think>", "<think>"]) + f"<answer>\\boxed{{{pred}}}</answer>"
     return kind, text
+
+
+def worst_cases(tools: list[str]) -> list[tuple[str, str]]:
+    """(name, action): the actions that once crashed or stalled an env, each kept as a fixed case.
+    Every JSON body variant comes wrapped in a call; the rest are the pathological sizes."""
+    rng = random.Random(0)
+    cases = [(f"json_variant_{i}", f"<tool_call>{json_call_body(rng, tools, i)}</tool_call>") for i in range(JSON_VARIANTS)]
+    return cases + [
+        ("json_name_not_a_string", '<tool_call>{"name": {"a": 1}, "arguments": {"q": "x"}}</tool_call>'),
+        ("json_int_over_4300_digits", '<tool_call>{"name": "search", "arguments": {"q": ' + "9" * 5000 + "}}</tool_call>"),
+        ("json_nested_100k", "<tool_call>" + "[" * 100_000 + "</tool_call>"),
+        ("answer_tags_20k_unclosed", "<answer>" * 20_000 + "x"),  # was quadratic: minutes per step
+        ("boxed_3mb_answer", "<think>x</think><answer>\\boxed{" + "Paris " * 500_000 + "}</answer>"),
+        ("boxed_20k_nested", "<think>x</think><answer>" + "\\boxed{" * 20_000 + "1" + "}" * 20_000 + "</answer>"),
+        ("surrogates_and_nul", "<think>\ud800\x00</think><answer>\\boxed{\udfff\x00}</answer>"),
+    ]
 
 
 def action_strategy(tools: list[str], protocol: str) -> st.SearchStrategy[str]:
