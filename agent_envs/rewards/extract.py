@@ -8,6 +8,17 @@ from __future__ import annotations
 
 import re
 
+# Longest prediction graded, or 4x the longest golden answer if that is more. Real answers are
+# short (the longest MATH-500 gold has 53 characters); a prediction of megabytes is wrong, and
+# grading it costs seconds (backtracking regexes, a symbolic-math timeout and worker restart, a
+# judge request of that size) that a policy could repeat to stall rollouts or flood a judge.
+MAX_PRED_CHARS = 1000
+
+
+def too_long(pred: str, golden_answers: list[str]) -> bool:
+    """Is `pred` past the length any grader reads (`MAX_PRED_CHARS`)? Such a prediction is wrong."""
+    return len(pred) > max(MAX_PRED_CHARS, 4 * max(map(len, golden_answers), default=0))
+
 
 def last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}` (or `\\fbox{...}`), with balanced braces; None if absent."""

@@ -23,15 +23,10 @@ from fractions import Fraction
 from typing import Any
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import extract_prediction
+from agent_envs.rewards.extract import extract_prediction, too_long
 
 DEFAULT_TIMEOUT_S = 1.0
 DEFAULT_REL_TOL = 1e-6
-# Longest prediction graded (or 4x the longest golden answer, if more). Real answers are short:
-# the longest MATH-500 gold has 53 characters. A megabyte in \boxed{} is wrong, and grading it
-# costs seconds (backtracking unit regexes, then a symbolic timeout and a worker restart), which
-# a policy could repeat to stall rollouts.
-MAX_PRED_CHARS = 1000
 
 # ---------------------------------------------------------------------------------------------
 # normalisation
@@ -268,10 +263,6 @@ def _items_equal(pred: list[str], gold: list[str], rel_tol: float, depth: int, o
 # the public grader
 
 
-def _too_long(pred: str, golden_answers: list[str]) -> bool:
-    return len(pred) > max(MAX_PRED_CHARS, 4 * max(map(len, golden_answers), default=0))
-
-
 def math_equal(
     pred: str | None,
     golden_answers: list[str],
@@ -280,11 +271,11 @@ def math_equal(
 ) -> tuple[bool, dict[str, Any]]:
     """(equivalent to some golden answer?, components). Never raises; a grader failure gives
     False with `grader_error` set. Components: `math_method` (string, number, choice, list, words,
-    math_verify, sympy, symbolic, too_long (over `MAX_PRED_CHARS`: not graded) or none), `gold` (the matching or first golden answer)."""
+    math_verify, sympy, symbolic, too_long (see `extract.too_long`: not graded) or none), `gold` (the matching or first golden answer)."""
     comps: dict[str, Any] = {"gold": golden_answers[0] if golden_answers else None, "math_method": "none"}
     if pred is None or not golden_answers:
         return False, comps
-    if _too_long(pred, golden_answers):
+    if too_long(pred, golden_answers):
         comps["math_method"] = "too_long"
         return False, comps
     try:
@@ -349,7 +340,7 @@ async def amath_reward(
     event loop keeps running while a worker process computes."""
     try:
         pred = extract_prediction(response)
-        graded = pred is not None and not _too_long(pred, golden_answers)
+        graded = pred is not None and not too_long(pred, golden_answers)
         quick = [cheap_equal(pred, g, rel_tol) for g in golden_answers] if graded else []
     except Exception as e:
         return _result(None, False, {"grader_error": f"{type(e).__name__}: {e}"})

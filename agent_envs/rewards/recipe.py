@@ -50,9 +50,9 @@ RECIPES = ("standard", "binary", "f1", "arpo")
 _NO_JUDGE = "em: no judge configured (RewardRecipe(judge=LLMJudge(...)))"
 
 
-def _base(task: Task, response: str) -> dict[str, Any]:
+def _base(task: Task, response: str, hedge: bool = True) -> dict[str, Any]:
     pred = extract_prediction(response)
-    return {"pred": pred, **qa_scores(pred, task.answers)}
+    return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
 
 
 def _exact(task: Task, pred: str | None) -> float:
@@ -65,6 +65,8 @@ def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
         comps["correct"] = comps["em"]
         return
     comps["judge_raw"] = verdict.raw
+    if verdict.screened:
+        comps["judge_screened"] = verdict.screened
     if verdict.correct is None:
         comps["judge_error"] = verdict.error
         comps["judge_fallback"] = f"em: judge failed ({verdict.error})"
@@ -75,12 +77,14 @@ def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
 
 
 def correctness(
-    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S
+    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
+    hedge: bool = True,
 ) -> dict[str, Any]:
     """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
-    `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`."""
+    `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`. `hedge`: score
+    a prediction listing alternatives as its weakest one (`qa_scores`)."""
     try:
-        comps = _base(task, response)
+        comps = _base(task, response, hedge)
         pred = comps["pred"]
         if task.reward == "math":
             ok, mc = math_equal(pred, task.answers, math_timeout)
@@ -104,18 +108,19 @@ def _grader_failure(exc: Exception) -> dict[str, Any]:
 
 
 async def acorrectness(
-    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S
+    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
+    hedge: bool = True,
 ) -> dict[str, Any]:
     """`correctness` for async callers: the judge request is awaited and symbolic math runs in a
     thread, so the event loop is never blocked."""
     try:
         if task.reward == "math":
-            comps = _base(task, response)
+            comps = _base(task, response, hedge)
             r = await amath_reward(response, task.answers, math_timeout)
             comps.update(r.components, correct=r.score)
             return comps
         if task.reward == "judge" and judge is not None:
-            comps = _base(task, response)
+            comps = _base(task, response, hedge)
             verdict = None
             if comps["pred"] is not None:
                 verdict = await judge.ajudge(task.question, task.answers, comps["pred"])
@@ -125,7 +130,7 @@ async def acorrectness(
             return comps
     except Exception as e:
         return _grader_failure(e)
-    return correctness(task, response, None, math_timeout)
+    return correctness(task, response, None, math_timeout, hedge)
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,12 @@ class RewardRecipe:
             raise ValueError(
                 f"reward recipe {self.name!r} is unknown; choose one of {RECIPES} or pass a callable"
             )
+
+    @property
+    def hedge(self) -> bool:
+        """Hedged answers score as their weakest candidate, except in `arpo`, which keeps the
+        reference's plain F1 (docs/envs.md, Reward hacking: what is guaranteed)."""
+        return self.name != "arpo"
 
     @property
     def uses_judge(self) -> bool:
@@ -176,14 +187,15 @@ class RewardRecipe:
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
     ) -> RewardResult:
         judge = self.judge if self.uses_judge else None
-        return self._score(task, correctness(task, response, judge, self.math_timeout), format_ok, tool_calls)
+        comps = correctness(task, response, judge, self.math_timeout, self.hedge)
+        return self._score(task, comps, format_ok, tool_calls)
 
     async def acall(
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
     ) -> RewardResult:
         """The same reward, for async code (ToolEnv.astep): nothing blocks the event loop."""
         judge = self.judge if self.uses_judge else None
-        comps = await acorrectness(task, response, judge, self.math_timeout)
+        comps = await acorrectness(task, response, judge, self.math_timeout, self.hedge)
         return self._score(task, comps, format_ok, tool_calls)
 
 
