@@ -144,18 +144,17 @@ class RewardRecipe:
     judge: LLMJudge | None = field(default=None, compare=False)
     math_timeout: float = DEFAULT_TIMEOUT_S
     tool_cost: float = 0.0
+    # Hedged answers ("A or B") score as their weakest candidate; None: all recipes but `arpo`,
+    # which keeps the reference's plain F1 (docs/envs.md, Reward hacking: what is guaranteed).
+    hedge: bool | None = None
 
     def __post_init__(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(
                 f"reward recipe {self.name!r} is unknown; choose one of {RECIPES} or pass a callable"
             )
-
-    @property
-    def hedge(self) -> bool:
-        """Hedged answers score as their weakest candidate, except in `arpo`, which keeps the
-        reference's plain F1 (docs/envs.md, Reward hacking: what is guaranteed)."""
-        return self.name != "arpo"
+        if self.hedge is None:
+            object.__setattr__(self, "hedge", self.name != "arpo")
 
     @property
     def uses_judge(self) -> bool:
@@ -203,7 +202,7 @@ RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]
 
 
 def make_reward(spec: str | RewardFn | RewardRecipe, **kwargs: Any) -> RewardFn:
-    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`, `tool_cost`)
+    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`, `tool_cost`, `hedge`)
     or a callable with the signature `(task, response, format_ok, tool_calls) -> RewardResult`.
 
     `judge` is an `LLMJudge` or a dict of its arguments; when absent and AGENT_ENVS_JUDGE_URL is
