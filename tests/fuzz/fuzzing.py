@@ -1,6 +1,6 @@
 """Driving an env with adversarial actions and checking every step's contract.
 
-The contract (docs/envs.md, Reward hacking: what is guaranteed): whatever the action, `step`
+The contract (docs/envs.md, The contract): whatever the action, `step`
 returns a str observation that is valid UTF-8 and inside the observation space, a finite float
 reward, booleans `terminated` and `truncated` that are never both true, and an info dict; bad
 model output is an observation and a reward, never an exception.
