@@ -13,6 +13,7 @@ import re
 # grading it costs seconds (backtracking regexes, a symbolic-math timeout and worker restart, a
 # judge request of that size) that a policy could repeat to stall rollouts or flood a judge.
 MAX_PRED_CHARS = 1000
+_BRACE = re.compile(r"[{}]")
 
 
 def too_long(pred: str, golden_answers: list[str]) -> bool:
@@ -29,14 +30,10 @@ def last_boxed(text: str) -> str | None:
         return m[-1].group(1) if m else None
     i = text.index("{", start) + 1
     depth = 1
-    for j in range(i, len(text)):
-        c = text[j]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
+    for m in _BRACE.finditer(text, i):  # visits braces only: a megabyte of text between is one step
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return text[i : m.start()]
     return None  # unbalanced: no complete prediction
 
 

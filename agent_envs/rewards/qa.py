@@ -11,7 +11,7 @@ import string
 from collections import Counter
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import extract_prediction
+from agent_envs.rewards.extract import extract_prediction, too_long
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -66,6 +66,7 @@ def candidates(pred: str, golden_answers: list[str]) -> list[str]:
 def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -> dict[str, float]:
     """`em`, `f1` and `acc` (gold is a substring of the prediction), each the max over aliases.
 
+    A prediction past the length cap (`extract.too_long`) scores 0, with `too_long` set.
     A hedged prediction (`candidates`) is scored as its weakest candidate, and `hedged` says how
     many it listed: token F1 otherwise pays for listing candidates ("Ada Lovelace or Charles
     Babbage" has F1 0.57 against "Ada Lovelace", more than a coin-flip guess earns).
@@ -78,6 +79,8 @@ def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -
     """
     if pred is None or not golden_answers:
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
+    if too_long(pred, golden_answers):  # F1 would be near 0 anyway, after seconds of tokenising
+        return {"em": 0.0, "f1": 0.0, "acc": 0.0, "too_long": 1.0}
     golds = [normalize_answer(g) for g in golden_answers]  # normalise each string once
     parts = candidates(pred, golden_answers) if hedge else [pred]
     scores = [_scores(normalize_answer(p), golds) for p in parts]

@@ -22,7 +22,7 @@ from agent_envs.base.task import Task
 from agent_envs.core.protocols import ArpoTags
 from agent_envs.rewards import RECIPES, LLMJudge, make_reward
 from agent_envs.rewards.judge import REFERENCE_PROMPT, STRICT_PROMPT
-from agent_envs.rewards.qa import qa_scores
+from agent_envs.rewards.qa import qa_scores, token_f1
 from tests.rewards.fake_judge import FakeJudgeServer, naive_judge
 
 QA = Task("q", "Who founded the Alpha Society?", ["Ada Lovelace"])
@@ -124,10 +124,11 @@ def test_copying_the_tool_output(table, shared_data) -> None:
     dump = obs.split("<result>\n", 1)[1].rsplit("\n</result>", 1)[0].replace("}", ")")
     assert any(g.lower() in dump.lower() for g in task.answers)
     honest = boxed(task.answers[0])
+    plain = max(token_f1(dump, g) for g in task.answers)  # before the length cap
     for recipe in ("standard", "f1", "arpo"):
         value = score(recipe, task, boxed(dump))
-        row(table, f"copy the search result ({len(dump)} chars)", recipe, score(recipe, task, honest), value, value)
-        assert value < 0.1
+        row(table, f"copy the search result ({len(dump)} chars)", recipe, score(recipe, task, honest), plain, value)
+        assert value == 0.0 and 0 < plain < 0.1
     judged = Task("j", task.question, task.answers, reward="judge")
     with FakeJudgeServer(naive_judge(task.answers)) as srv:
         before = score("standard", judged, boxed(dump), judge=LLMJudge(base_url=srv.url, model="m", screen_predictions=False))
@@ -138,10 +139,11 @@ def test_copying_the_tool_output(table, shared_data) -> None:
 
 def test_extremely_long_answers(table) -> None:
     padded = "Ada Lovelace " + "and many more words " * 50_000  # 1 MB
+    plain = token_f1(padded, "Ada Lovelace")
     for recipe in RECIPES:
         value = score(recipe, QA, boxed(padded))
-        row(table, "1 MB answer starting with the gold", recipe, score(recipe, QA, boxed("Ada Lovelace")), value, value)
-        assert value < 0.01
+        row(table, "1 MB answer starting with the gold", recipe, score(recipe, QA, boxed("Ada Lovelace")), plain, value)
+        assert value == 0.0 and plain < 0.001
     math_long = boxed("12" + " + 0" * 500)  # equal to 12, and 2 kB long: past the graders' length cap
     ok, _ = ArpoTags().check_format(math_long)
     capped = make_reward("standard")(MATH, math_long, ok, {})
