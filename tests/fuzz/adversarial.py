@@ -153,6 +153,7 @@ def worst_cases(tools: list[str]) -> list[tuple[str, str]]:
     """(name, action): the actions that once crashed or stalled an env, each kept as a fixed case.
     Every JSON body variant comes wrapped in a call; the rest are the pathological sizes."""
     rng = random.Random(0)
+    echo = "browse" if "browse" in tools else (tools or ["x"])[-1]  # browse echoes what it could not open
     cases = [(f"json_variant_{i}", f"<tool_call>{json_call_body(rng, tools, i)}</tool_call>") for i in range(JSON_VARIANTS)]
     return cases + [
         ("json_name_not_a_string", '<tool_call>{"name": {"a": 1}, "arguments": {"q": "x"}}</tool_call>'),
@@ -161,6 +162,7 @@ def worst_cases(tools: list[str]) -> list[tuple[str, str]]:
         ("answer_tags_20k_unclosed", "<answer>" * 20_000 + "x"),  # was quadratic: minutes per step
         ("boxed_3mb_answer", "<think>x</think><answer>\\boxed{" + "Paris " * 500_000 + "}</answer>"),
         ("boxed_20k_nested", "<think>x</think><answer>" + "\\boxed{" * 20_000 + "1" + "}" * 20_000 + "</answer>"),
+        ("json_escaped_surrogate", '<tool_call>{"name": "' + echo + '", "arguments": {"q": "\\ud800"}}</tool_call>'),
         ("surrogates_and_nul", "<think>\ud800\x00</think><answer>\\boxed{\udfff\x00}</answer>"),
     ]
 

@@ -79,7 +79,10 @@ class JsonToolCalls(Protocol):
         if not isinstance(args, dict) or not args:
             return ParsedAction("invalid", text, name, "", "empty_call")
         value = next(iter(args.values())) if len(args) == 1 else json.dumps(args)
-        value = by_name[name].clean_argument(str(value))
+        # a JSON escape ("\\ud800") decodes to a lone surrogate, which the env's cleaning of the
+        # raw action cannot see; a tool echoing it would return text no tokenizer can encode
+        value = str(value).encode("utf-8", "replace").decode("utf-8")
+        value = by_name[name].clean_argument(value)
         if not value:
             return ParsedAction("invalid", text, name, "", "empty_call")
         return ParsedAction("tool", text, name, value)
