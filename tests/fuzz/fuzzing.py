@@ -75,10 +75,11 @@ class Tally:
     by_kind: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     slowest_s: float = 0.0
+    longest_episode: int = 0  # in steps
 
     def line(self, what: str) -> str:
-        return (f"{what}: {self.actions} actions, {self.episodes} episodes, {len(self.failures)} exceptions, "
-                f"slowest step {self.slowest_s:.2f} s")
+        return (f"{what}: {self.actions} actions, {self.episodes} episodes (longest {self.longest_episode} steps), "
+                f"{len(self.failures)} exceptions, slowest step {self.slowest_s:.2f} s")
 
 
 def make_env(env_id: str, protocol: str):
@@ -89,7 +90,9 @@ def drive(env, actions: Iterable[tuple[str, str]], tally: Tally, where: str) -> 
     """Step `env` through (kind, action) pairs, resetting when an episode ends; every exception,
     broken contract or over-long step is recorded in `tally` with the action that caused it."""
     env.reset(seed=0)
+    steps = 0
     for i, (kind, action) in enumerate(actions):
+        steps += 1
         tally.actions += 1
         tally.by_kind[kind] = tally.by_kind.get(kind, 0) + 1
         start = time.perf_counter()
@@ -106,6 +109,8 @@ def drive(env, actions: Iterable[tuple[str, str]], tally: Tally, where: str) -> 
             tally.failures.append(f"{where} action #{i} ({kind}) {action[:120]!r}: took {took:.0f} s")
         if done:
             tally.episodes += 1
+            tally.longest_episode = max(tally.longest_episode, steps)
+            steps = 0
             env.reset(seed=i)
 
 
