@@ -10,6 +10,9 @@ components of every stage always go into `info`; the recipe only decides the sca
 | `f1`       | 0                 | token F1 for every task kind                              | none  |
 | `arpo`     | -1                | token F1 for every task kind, as the public ARPO code     | +0.1 if both search and python were used |
 
+A prediction that hedges ("A or B") scores as its weakest candidate in every recipe but `arpo`
+(`hedge=`, see `qa_scores`), and one past the graders' length cap scores 0 in all of them.
+
 `tool_cost` (default 0) is subtracted once per tool call from the scalar of a well-formed
 response in the `standard` and `binary` recipes: a cheap way to let RL learn to skip calls a
 task does not need (a correct answer still outweighs a few calls).
