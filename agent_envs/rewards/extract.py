@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import re
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
+# Longest prediction graded, or 4x the longest golden answer if that is more. Real answers are
+# short (the longest MATH-500 gold has 53 characters); a prediction of megabytes is wrong, and
+# grading it costs seconds (backtracking regexes, a symbolic-math timeout and worker restart, a
+# judge request of that size) that a policy could repeat to stall rollouts or flood a judge.
+MAX_PRED_CHARS = 1000
 _BRACE = re.compile(r"[{}]")
+
+
+def too_long(pred: str, golden_answers: list[str]) -> bool:
+    """Is `pred` past the length any grader reads (`MAX_PRED_CHARS`)? Such a prediction is wrong."""
+    return len(pred) > max(MAX_PRED_CHARS, 4 * max(map(len, golden_answers), default=0))
+
+
 _BARE_BOXED = re.compile(r"\\boxed\s+([^\s$]+)")
 
 
@@ -24,26 +33,31 @@ def last_boxed(text: str) -> str | None:
         return m[-1] if m else None
     i = text.index("{", start) + 1
     depth = 1
-    for m in _BRACE.finditer(text, i):  # visits the braces only, not every character
-        if m.group() == "{":
-            depth += 1
-        else:
-            depth -= 1
-            if depth == 0:
-                return text[i : m.start()]
+    for m in _BRACE.finditer(text, i):  # visits braces only: a megabyte of text between is one step
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return text[i : m.start()]
     return None  # unbalanced: no complete prediction
 
 
 def answer_span(text: str) -> str | None:
-    """Content of the last complete `<answer>...</answer>` block, or None."""
-    start = text.find("<answer>")
-    if start < 0:
-        return None
-    if text.find("<answer>", start + 8) < 0:  # one opening tag (the usual case): one block at most
+    """Content of the last complete `<answer>...</answer>` block, or None.
+
+    Blocks are read left to right, each from an opening tag to the first closing tag after it
+    (the matches of `<answer>(.*?)</answer>`). Scanning with `find` keeps this linear: the regex
+    rescans to the end of the text from every unclosed `<answer>`, which is quadratic, and a
+    response of 20,000 unclosed tags took minutes.
+
+    >>> answer_span("<answer>a<answer>b</answer> <answer>c</answer></answer>")
+    'c'
+    """
+    span, pos = None, 0
+    while (start := text.find("<answer>", pos)) >= 0:
         end = text.find("</answer>", start + 8)
-        return text[start + 8 : end] if end >= 0 else None
-    blocks = _ANSWER_RE.findall(text)
-    return blocks[-1] if blocks else None
+        if end < 0:
+            break
+        span, pos = text[start + 8 : end], end + 9
+    return span
 
 
 def extract_prediction(response: str) -> str | None:

@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import extract_prediction
+from agent_envs.rewards.extract import extract_prediction, too_long
 
 DEFAULT_TIMEOUT_S = 1.0
 DEFAULT_REL_TOL = 1e-6
@@ -272,11 +272,15 @@ def math_equal(
 ) -> tuple[bool | None, dict[str, Any]]:
     """(equivalent to some golden answer?, components). Never raises; a grader failure gives
     False with `grader_error` set. Components: `math_method` (string, number, choice, list, words,
-    math_verify, sympy, symbolic or none), `gold` (the matching or first golden answer).
-    With `symbolic=False` an answer the cheap checks cannot decide gives None instead of waiting
-    for the symbolic stage (a caller that must not block grades it later)."""
+    math_verify, sympy, symbolic, too_long (see `extract.too_long`: not graded) or none), `gold`
+    (the matching or first golden answer). With `symbolic=False` an answer the cheap checks cannot
+    decide gives None instead of waiting for the symbolic stage (a caller that must not block
+    grades it later)."""
     comps: dict[str, Any] = {"gold": golden_answers[0] if golden_answers else None, "math_method": "none"}
     if pred is None or not golden_answers:
+        return False, comps
+    if too_long(pred, golden_answers):
+        comps["math_method"] = "too_long"
         return False, comps
     try:
         undecided = []
@@ -342,10 +346,11 @@ async def amath_reward(
     event loop keeps running while a worker process computes."""
     try:
         pred = extract_prediction(response)
-        quick = [cheap_equal(pred, g, rel_tol) for g in golden_answers] if pred is not None else []
+        graded = pred is not None and not too_long(pred, golden_answers)
+        quick = [cheap_equal(pred, g, rel_tol) for g in golden_answers] if graded else []
     except Exception as e:
         return _result(None, False, {"grader_error": f"{type(e).__name__}: {e}"})
-    if pred is None or True in quick or None not in quick:
+    if not graded or True in quick or None not in quick:
         ok, comps = math_equal(pred, golden_answers, timeout, rel_tol)
         return _result(pred, ok, comps)
     ok, comps = await asyncio.to_thread(math_equal, pred, golden_answers, timeout, rel_tol)

@@ -11,11 +11,13 @@ import re
 import string
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import extract_prediction
+from agent_envs.rewards.extract import extract_prediction, too_long
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPECIAL = {"yes", "no", "noanswer"}
+# Separators of alternatives in a hedged answer; commas are not among them ("Paris, France").
+_HEDGE = re.compile(r"\s+(?:and/)?or\s+|\s*[|;]\s*", re.IGNORECASE)
 
 
 _ANY_PUNCT = re.compile("[" + re.escape(string.punctuation) + "]")
@@ -66,12 +68,57 @@ def _normalized_golds(golden_answers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(normalize_answer(g) for g in golden_answers)
 
 
-def qa_scores(pred: str | None, golden_answers: list[str]) -> dict[str, float]:
-    """`em`, `f1` and `acc` (gold is a substring of the prediction), each the max over aliases."""
+@functools.lru_cache(maxsize=1 << 16)
+def _gold_has_separator(golden_answers: tuple[str, ...]) -> bool:
+    return any(_HEDGE.search(g) for g in golden_answers)
+
+
+def candidates(pred: str, golden_answers: list[str]) -> list[str]:
+    """The alternatives a prediction hedges between ("Paris or Lyon", "Paris | Lyon", "Paris;
+    Lyon"), or `[pred]` when it names one, or when a gold alias is itself written with such a
+    separator (then the "or" is part of the name).
+
+    >>> candidates("Ada Lovelace or Charles Babbage", ["Ada Lovelace"])
+    ['Ada Lovelace', 'Charles Babbage']
+    >>> candidates("Pride or Prejudice", ["Pride or Prejudice"])
+    ['Pride or Prejudice']
+    """
+    if _HEDGE.search(pred) is None or _gold_has_separator(tuple(golden_answers)):
+        return [pred]
+    parts = [p for p in _HEDGE.split(pred) if normalize_answer(p)]
+    return parts if len({normalize_answer(p) for p in parts}) > 1 else [pred]
+
+
+def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -> dict[str, float]:
+    """`em`, `f1` and `acc` (gold is a substring of the prediction), each the max over aliases.
+
+    A prediction past the length cap (`extract.too_long`) scores 0, with `too_long` set.
+    A hedged prediction (`candidates`) is scored as its weakest candidate, and `hedged` says how
+    many it listed: token F1 otherwise pays for listing candidates ("Ada Lovelace or Charles
+    Babbage" has F1 0.57 against "Ada Lovelace", more than a coin-flip guess earns).
+    `hedge=False` scores the text as written, as the ARPO reference does.
+
+    >>> qa_scores("Ada Lovelace or Charles Babbage", ["Ada Lovelace"])
+    {'em': 0.0, 'f1': 0.0, 'acc': 0.0, 'hedged': 2.0}
+    >>> round(qa_scores("Ada Lovelace or Charles Babbage", ["Ada Lovelace"], hedge=False)["f1"], 2)
+    0.57
+    """
     if pred is None or not golden_answers:
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
-    npred = normalize_answer(pred)
+    if too_long(pred, golden_answers):  # F1 would be near 0 anyway, after seconds of tokenising
+        return {"em": 0.0, "f1": 0.0, "acc": 0.0, "too_long": 1.0}
     golds = _normalized_golds(tuple(golden_answers))
+    parts = candidates(pred, golden_answers) if hedge else [pred]
+    if len(parts) == 1:
+        return _scores(normalize_answer(parts[0]), golds)
+    scores = [_scores(normalize_answer(p), golds) for p in parts]
+    out = {k: min(s[k] for s in scores) for k in ("em", "f1", "acc")}
+    if len(parts) > 1:
+        out["hedged"] = float(len(parts))
+    return out
+
+
+def _scores(npred: str, golds: tuple[str, ...]) -> dict[str, float]:
     if len(golds) == 1:  # most tasks have one answer: no generator expressions to run
         g = golds[0]
         return {"em": float(npred == g), "f1": _f1_normalized(npred, g), "acc": float(bool(g) and g in npred)}

@@ -10,6 +10,9 @@ components of every stage always go into `info`; the recipe only decides the sca
 | `f1`       | 0                 | token F1 for every task kind                              | none  |
 | `arpo`     | -1                | token F1 for every task kind, as the public ARPO code     | +0.1 if both search and python were used |
 
+A prediction that hedges ("A or B") scores as its weakest candidate in every recipe but `arpo`
+(`hedge=`, see `qa_scores`), and one past the graders' length cap scores 0 in all of them.
+
 `tool_cost` (default 0) is subtracted once per tool call from the scalar of a well-formed
 response in the `standard` and `binary` recipes: a cheap way to let RL learn to skip calls a
 task does not need (a correct answer still outweighs a few calls).
@@ -51,9 +54,9 @@ RECIPES = ("standard", "binary", "f1", "arpo")
 _NO_JUDGE = "em: no judge configured (RewardRecipe(judge=LLMJudge(...)))"
 
 
-def _base(task: Task, response: str) -> dict[str, Any]:
+def _base(task: Task, response: str, hedge: bool = True) -> dict[str, Any]:
     pred = extract_prediction(response)
-    return {"pred": pred, **qa_scores(pred, task.answers)}
+    return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
 
 
 def _exact(task: Task, pred: str | None) -> float:
@@ -66,6 +69,8 @@ def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
         comps["correct"] = comps["em"]
         return
     comps["judge_raw"] = verdict.raw
+    if verdict.screened:
+        comps["judge_screened"] = verdict.screened
     if verdict.correct is None:
         comps["judge_error"] = verdict.error
         comps["judge_fallback"] = f"em: judge failed ({verdict.error})"
@@ -78,12 +83,14 @@ def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
 def correctness(
     task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
     symbolic: bool = True,
+    hedge: bool = True,
 ) -> dict[str, Any] | None:
     """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
     `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`. With
-    `symbolic=False`, a math answer that needs the symbolic stage gives None (grade it later)."""
+    `symbolic=False`, a math answer that needs the symbolic stage gives None (grade it later).
+    `hedge`: score a prediction listing alternatives as its weakest one (`qa_scores`)."""
     try:
-        comps = _base(task, response)
+        comps = _base(task, response, hedge)
         pred = comps["pred"]
         if task.reward == "math":
             ok, mc = math_equal(pred, task.answers, math_timeout, symbolic=symbolic)
@@ -109,18 +116,19 @@ def _grader_failure(exc: Exception) -> dict[str, Any]:
 
 
 async def acorrectness(
-    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S
+    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
+    hedge: bool = True,
 ) -> dict[str, Any]:
     """`correctness` for async callers: the judge request is awaited and symbolic math runs in a
     thread, so the event loop is never blocked."""
     try:
         if task.reward == "math":
-            comps = _base(task, response)
+            comps = _base(task, response, hedge)
             r = await amath_reward(response, task.answers, math_timeout)
             comps.update(r.components, correct=r.score)
             return comps
         if task.reward == "judge" and judge is not None:
-            comps = _base(task, response)
+            comps = _base(task, response, hedge)
             verdict = None
             if comps["pred"] is not None:
                 verdict = await judge.ajudge(task.question, task.answers, comps["pred"])
@@ -130,7 +138,7 @@ async def acorrectness(
             return comps
     except Exception as e:
         return _grader_failure(e)
-    return correctness(task, response, None, math_timeout)
+    return correctness(task, response, None, math_timeout, hedge=hedge)
 
 
 @dataclass(frozen=True)
@@ -144,12 +152,17 @@ class RewardRecipe:
     judge: LLMJudge | None = field(default=None, compare=False)
     math_timeout: float = DEFAULT_TIMEOUT_S
     tool_cost: float = 0.0
+    # Hedged answers ("A or B") score as their weakest candidate; None: all recipes but `arpo`,
+    # which keeps the reference's plain F1 (docs/envs.md, Reward hacking: what is guaranteed).
+    hedge: bool | None = None
 
     def __post_init__(self) -> None:
         if self.name not in RECIPES:
             raise ValueError(
                 f"reward recipe {self.name!r} is unknown; choose one of {RECIPES} or pass a callable"
             )
+        if self.hedge is None:
+            object.__setattr__(self, "hedge", self.name != "arpo")
 
     @property
     def uses_judge(self) -> bool:
@@ -201,7 +214,8 @@ class RewardRecipe:
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
     ) -> RewardResult:
         judge = self.judge if self.uses_judge else None
-        return self._score(task, correctness(task, response, judge, self.math_timeout), format_ok, tool_calls)
+        comps = correctness(task, response, judge, self.math_timeout, hedge=self.hedge)
+        return self._score(task, comps, format_ok, tool_calls)
 
     def grade_now(
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
@@ -211,7 +225,7 @@ class RewardRecipe:
         judge = self.judge if self.uses_judge else None
         if judge is not None and task.reward == "judge":
             return None
-        comps = correctness(task, response, None, self.math_timeout, symbolic=False)
+        comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge)
         return None if comps is None else self._score(task, comps, format_ok, tool_calls)
 
     async def acall(
@@ -219,7 +233,7 @@ class RewardRecipe:
     ) -> RewardResult:
         """The same reward, for async code (ToolEnv.astep): nothing blocks the event loop."""
         judge = self.judge if self.uses_judge else None
-        comps = await acorrectness(task, response, judge, self.math_timeout)
+        comps = await acorrectness(task, response, judge, self.math_timeout, self.hedge)
         return self._score(task, comps, format_ok, tool_calls)
 
 
@@ -227,7 +241,7 @@ RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]
 
 
 def make_reward(spec: str | RewardFn | RewardRecipe, **kwargs: Any) -> RewardFn:
-    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`, `tool_cost`)
+    """A recipe name (with optional `format_penalty`, `multi_tool_bonus`, `judge`, `math_timeout`, `tool_cost`, `hedge`)
     or a callable with the signature `(task, response, format_ok, tool_calls) -> RewardResult`.
 
     `judge` is an `LLMJudge` or a dict of its arguments; when absent and AGENT_ENVS_JUDGE_URL is

@@ -68,14 +68,21 @@ class JsonToolCalls(Protocol):
             name, args = call["name"], call.get("arguments", {})
             if isinstance(args, str):
                 args = json.loads(args) if args.strip().startswith("{") else {"input": args}
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        # ValueError also covers integers past Python's 4300-digit limit; RecursionError, JSON
+        # nested deeper than the parser recurses: a model can write both, and neither is fatal
+        except (ValueError, RecursionError, KeyError, TypeError, AttributeError) as exc:
             return ParsedAction("invalid", text, None, body, f"tool call is not valid JSON with 'name' and 'arguments' ({type(exc).__name__})")
+        if not isinstance(name, str):
+            return ParsedAction("invalid", text, None, body, f"tool call 'name' must be a string, got {type(name).__name__}")
         if name not in by_name:
             return ParsedAction("invalid", text, str(name), body, f"unknown tool {name!r}; available: {', '.join(by_name)}")
         if not isinstance(args, dict) or not args:
             return ParsedAction("invalid", text, name, "", "empty_call")
         value = next(iter(args.values())) if len(args) == 1 else json.dumps(args)
-        value = by_name[name].clean_argument(str(value))
+        # a JSON escape ("\\ud800") decodes to a lone surrogate, which the env's cleaning of the
+        # raw action cannot see; a tool echoing it would return text no tokenizer can encode
+        value = str(value).encode("utf-8", "replace").decode("utf-8")
+        value = by_name[name].clean_argument(value)
         if not value:
             return ParsedAction("invalid", text, name, "", "empty_call")
         return ParsedAction("tool", text, name, value)
