@@ -44,7 +44,7 @@ def _untimed(metrics: dict) -> dict:
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "arpo", "aepo"])
 def test_async_trains_within_the_staleness_bound(tmp_path, sft_run, algo):
     cls = learner_class(algo)
-    kw = {"max_staleness": 1}
+    kw = {"max_staleness": 1, "total_steps": 2}
     if algo in ("arpo", "aepo"):
         kw["tree"] = dataclasses.replace(cls.config_class().tree, initial_rollouts=2)
     if algo == "dapo":
@@ -55,13 +55,13 @@ def test_async_trains_within_the_staleness_bound(tmp_path, sft_run, algo):
     assert learner.engine.model is not learner.accelerator.unwrap_model(learner.model)
     history = learner.train()
 
-    assert [m["step"] for m in history] == [1, 2, 3]
+    assert [m["step"] for m in history] == [1, 2]
     for m in history:
         assert math.isfinite(m["pg_loss"]) and "reward_mean" in m
         assert 0 <= m["async/staleness_mean"] <= m["async/staleness_max"] <= 1
         assert {"is_ratio/mean", "async/dropped", "async/overlap_s"} <= set(m)
     batches = _trained_batches(tmp_path)
-    assert sorted(batches) == [0, 1, 2]
+    assert sorted(batches) == [0, 1]
     ages = []
     for version, trajs in batches.items():
         for t in trajs:
