@@ -198,11 +198,11 @@ class Learner:
         if cfg.engine == "hf":
             from algorithms.rollout.hf import HFEngine
 
-            # the engine decodes with the learner's own module: always in sync, no copy; except
-            # when generating while the module updates (async): then it decodes with a copy
-            model = self.accelerator.unwrap_model(self.model)
+            # the engine decodes with the learner's own module: always in sync, no copy; except in
+            # async training, where it generates while the module updates: it loads its own copy
+            model = self.model_path if cfg.max_staleness else self.accelerator.unwrap_model(self.model)
             return HFEngine(
-                copy.deepcopy(model) if cfg.max_staleness else model,
+                model,
                 self.tokenizer,
                 device=str(self.accelerator.device),
                 seed=cfg.seed,

@@ -20,6 +20,8 @@ from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.rollout.trajectory import read_jsonl
 
+# the untrained tiny model makes no tool calls; the learner rightly warns (docs/algorithms.md D23)
+pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
 TIMING = ("time_", "async/wait_s", "async/generate_s", "async/overlap_s")
 
 
@@ -162,3 +164,28 @@ def test_async_config_and_engine_checks(tmp_path):
     learner.config.max_staleness = 1
     with pytest.raises(ValueError, match="decodes with the learner's own module"):
         async_engine(learner, learner.engine)
+
+
+def test_checkpoints_hold_the_draw_position_of_the_step_trained(tmp_path):
+    """The producer draws prompts ahead of the learner; a checkpoint must not: resuming an async
+    run from step 1 trains step 2 on the prompts the uninterrupted run trained it on."""
+    import json
+
+    def run(name, resume=None, **kw):
+        cfg = _cfg(LearnerConfig, "tiny", tmp_path / name, max_response_tokens=16, group_size=2,
+                   total_steps=2, save_every=1, keep_checkpoints=5, **kw)  # fmt: skip
+        Learner(cfg).train(resume=resume)
+        return tmp_path / name
+
+    def samplers(out):
+        return [json.loads((d / "learner_state.json").read_text())["sampler"]
+                for d in sorted((out / "checkpoints").iterdir())]  # fmt: skip
+
+    def step2_prompts(out):
+        return [t.prompt_ids for t in read_jsonl(out / "trajectories" / "step_000002.jsonl")]
+
+    sync, full = run("sync"), run("async", max_staleness=1)
+    assert samplers(full) == samplers(sync)
+    before = step2_prompts(full)
+    resumed = run("async", resume=str(full / "checkpoints" / "step_00000001"), max_staleness=1)
+    assert step2_prompts(resumed) == before
