@@ -76,7 +76,7 @@ def test_async_trains_within_the_staleness_bound(tmp_path, sft_run, algo):
     # generation ran ahead of the update: some trained tokens are one version old, and the
     # correction saw a policy that differs from the behaviour one
     assert max(ages) == 1
-    assert any(abs(m["is_ratio/mean"] - 1) > 1e-6 for m in history[1:])
+    assert any(abs(m["is_ratio/mean"] - 1) > 1e-4 for m in history[1:])
 
 
 def test_staleness_zero_is_the_synchronous_loop_and_the_first_async_step_equals_it(tmp_path, sft_run):

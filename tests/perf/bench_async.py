@@ -7,7 +7,8 @@ HF engine, TIS on in both so the update does the same work), A then B, `--blocks
 and `threads` are fixed at 1 thread per side, so async's gain is the second thread it adds
 (generation on one core while the update runs on another). Reported per mode: the median wall
 time per step after the first (the first async step has nothing to overlap with), generated
-tokens per second over those steps, and the overlap async logged. The load average is printed
+tokens per second over those steps, the time generating a batch and the rest of a step (whose
+sum bounds a synchronous step and whose maximum an asynchronous one), and the overlap logged. The load average is printed
 before and after: other processes on the machine shrink async's gain.
 """
 
@@ -46,10 +47,14 @@ def run(model: str, steps: int, staleness: int) -> dict[str, float]:
     # batch and update (async, whose generation of the next batch runs meanwhile)
     walls = [m["time_step_s"] for m in history[1:]]
     tokens = sum(m["response_length_mean"] * m["num_trajectories"] for m in history[1:])
+    later = history[1:]
     return {
         "step_s": statistics.median(walls),
         "tokens_per_s": tokens / sum(walls),
-        "overlap_s": statistics.mean(m.get("async/overlap_s", 0.0) for m in history[1:]),
+        # generating a batch (async: in the producer) and the rest of the step (update, sync)
+        "generate_s": statistics.median(m.get("async/generate_s", m["time_rollout_s"]) for m in later),
+        "update_s": statistics.median(m["time_step_s"] - m["time_rollout_s"] for m in later),
+        "overlap_s": statistics.median(m.get("async/overlap_s", 0.0) for m in later),
     }
 
 
