@@ -12,7 +12,8 @@ Off by default (`max_staleness: 0` is the synchronous loop). With `max_staleness
 * the engine is wrapped in `VersionedEngine`: a weight sync waits for engine calls in flight and
   holds back new ones, so each call runs under one version, and every segment it returns is
   stamped with that version (`Trajectory.policy_version`, one entry per segment);
-* partial rollouts: a sync lands between engine calls. `partial_rollouts: continue` lets episodes
+* partial rollouts: a sync lands between engine calls (it waits for the segments being generated:
+  one engine call each, not token by token). `partial_rollouts: continue` lets episodes
   in flight go on under the new weights (their later segments carry the new version);
   `drop` discards every group with an episode that spans a sync (whole groups, so GRPO baselines
   stay within one version) and regenerates the batch if no group is left;
@@ -167,7 +168,10 @@ def async_engine(learner: Any, engine: Any) -> VersionedEngine:
 
 def publish(learner: Any) -> None:
     """Sync the updated weights into the wrapped engine as version `learner.step`."""
+    t0 = time.perf_counter()
     learner.engine.sync_weights(learner.accelerator.unwrap_model(learner.model), version=learner.step)
+    if learner.producer is not None:
+        learner.producer.sync_s = time.perf_counter() - t0
 
 
 class AsyncRollout:
@@ -185,6 +189,8 @@ class AsyncRollout:
         self.drop = cfg.partial_rollouts == "drop"
         self.whole_batches = learner.one_version_per_group
         self.sampler_state = learner.sampler.state_dict()  # as of the last batch taken
+        # the last sync's duration: it waits for the engine calls in flight (the next batch's)
+        self.sync_s = 0.0
         self._ready: dict[int, tuple[list[Any], dict[str, float], dict[str, int]]] = {}
         self._error: BaseException | None = None
         self._cond = threading.Condition()
@@ -272,8 +278,10 @@ class AsyncRollout:
             "async/staleness_max": float(worst),
             "async/partial": float(sum(len(set(t.policy_version)) > 1 for t in trajs)),
             "async/wait_s": wait,
-            # generation the update hid: what the learner did not have to wait for
-            "async/overlap_s": max(0.0, metrics["async/generate_s"] - wait),
+            "async/sync_s": self.sync_s,
+            # generation the update hid: what the learner waited for neither in the sync before
+            # this batch nor when taking it
+            "async/overlap_s": max(0.0, metrics["async/generate_s"] - wait - self.sync_s),
         }
 
 

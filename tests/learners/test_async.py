@@ -22,7 +22,10 @@ from algorithms.rollout.trajectory import read_jsonl
 
 # the untrained tiny model makes no tool calls; the learner rightly warns (docs/algorithms.md D23)
 pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
-TIMING = ("time_", "async/wait_s", "async/generate_s", "async/overlap_s")
+# metrics fixed by the sampled tokens and rewards alone
+SAMPLED = ("reward", "env_reward", "response_length", "total_length", "tool_calls", "num_trajectories",
+           "accuracy", "format_ok", "truncation_rate", "advantage")  # fmt: skip
+TIMING = ("time_", "async/wait_s", "async/sync_s", "async/generate_s", "async/overlap_s")
 
 
 def _cfg(cls, model: str, out, **kw):
@@ -80,20 +83,30 @@ def test_async_trains_within_the_staleness_bound(tmp_path, sft_run, algo):
 
 
 def test_staleness_zero_is_the_synchronous_loop_and_the_first_async_step_equals_it(tmp_path, sft_run):
+    """Same samples, so the same rewards, lengths and advantages, exactly. The losses match to
+    float noise only: the engine's behaviour log-probs (TIS weights, `is_ratio/*`) depend on
+    which requests the runner batched together, which tool-call timing decides, in any loop."""
+
     def first_step(name, **kw):
         cfg = _cfg(LearnerConfig, sft_run["model"], tmp_path / name, total_steps=1, **kw)
         learner = Learner(cfg)
         [metrics] = learner.train()
         return learner, _untimed(metrics)
 
+    def sampled(metrics):
+        return {k: v for k, v in metrics.items() if k.startswith(SAMPLED)}
+
     sync, m_sync = first_step("default")
     zero, m_zero = first_step("zero", max_staleness=0)
     assert not isinstance(zero.engine, VersionedEngine) and zero.engine.model is zero.model
-    assert m_zero == m_sync
+    assert sampled(m_zero) == sampled(m_sync) and len(sampled(m_sync)) >= 10
+    assert m_zero == pytest.approx(m_sync, rel=1e-5, abs=1e-7)
     # step 0's batch comes from version 0 in both loops: same samples, same update
     _, m_async = first_step("async", max_staleness=1)
-    assert {k: v for k, v in m_async.items() if not k.startswith("async/")} == m_sync
     assert m_async["async/staleness_max"] == 0.0
+    m_async = {k: v for k, v in m_async.items() if not k.startswith("async/")}
+    assert sampled(m_async) == sampled(m_sync)
+    assert m_async == pytest.approx(m_sync, rel=1e-5, abs=1e-7)
 
 
 def test_a_sync_lands_between_engine_calls_and_later_segments_carry_the_new_version(sft_run):

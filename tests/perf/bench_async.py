@@ -53,7 +53,11 @@ def run(model: str, steps: int, staleness: int) -> dict[str, float]:
         "tokens_per_s": tokens / sum(walls),
         # generating a batch (async: in the producer) and the rest of the step (update, sync)
         "generate_s": statistics.median(m.get("async/generate_s", m["time_rollout_s"]) for m in later),
-        "update_s": statistics.median(m["time_step_s"] - m["time_rollout_s"] for m in later),
+        "update_s": statistics.median(
+            m["time_step_s"] - m["time_rollout_s"] - m.get("async/sync_s", 0.0) for m in later
+        ),
+        # async: the learner's wait in the weight sync for the segments in flight
+        "sync_s": statistics.median(m.get("async/sync_s", 0.0) for m in later),
         "overlap_s": statistics.median(m.get("async/overlap_s", 0.0) for m in later),
     }
 
