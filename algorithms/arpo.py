@@ -50,6 +50,7 @@ class ARPOLearner(Learner):
 
     name = "arpo"
     config_class = ARPOConfig
+    one_version_per_group = True
     config: ARPOConfig
 
     def rollout(self, draws: Sequence[PromptDraw]) -> list[Any]:

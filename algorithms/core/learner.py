@@ -50,6 +50,7 @@ import torch
 from algorithms.base.config import config_dict
 from algorithms.base.seeds import draw_seed, flat_group_id, flat_traj_id
 from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
+from algorithms.core.async_rollout import AsyncRollout, async_engine, publish
 from algorithms.core.batch import MicroBatch, PromptDraw, PromptSampler, RolloutBatch
 from algorithms.core.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from algorithms.core.learner_config import LearnerConfig
@@ -66,6 +67,9 @@ class Learner:
 
     name = "grpo"
     config_class: type[LearnerConfig] = LearnerConfig
+    # tree rollouts (forks share their parent's tokens) must come from one policy version each:
+    # asynchronous weight syncs then wait for the batch in flight (docs/async-training.md)
+    one_version_per_group = False
 
     def __init__(
         self,
@@ -119,6 +123,7 @@ class Learner:
             self.sync_engine()  # the server may hold another checkpoint: sample from this policy
         self.health = self._make_health_checker()
         self._logprob_gaps: dict[int, tuple[float, int, float, float]] = {}
+        self.producer: AsyncRollout | None = None  # the rollout thread while an async run trains
         num_tasks = self._num_tasks()
         held_out = cfg.eval_episodes if cfg.eval_every else 0
         if num_tasks <= held_out:
@@ -129,6 +134,8 @@ class Learner:
         self.eval_tasks = list(range(num_tasks - held_out, num_tasks))
         self.sampler = PromptSampler(num_tasks - held_out, cfg.seed)
         self.step = 0
+        if cfg.max_staleness:
+            self.engine = async_engine(self, self.engine)
         self.logger: RunLogger | None = None
 
     # ---- setup --------------------------------------------------------------------------------
@@ -195,9 +202,11 @@ class Learner:
         if cfg.engine == "hf":
             from algorithms.rollout.hf import HFEngine
 
-            # the engine decodes with the learner's own module: always in sync, no copy
+            # the engine decodes with the learner's own module: always in sync, no copy; except in
+            # async training, where it generates while the module updates: it loads its own copy
+            model = self.model_path if cfg.max_staleness else self.accelerator.unwrap_model(self.model)
             return HFEngine(
-                self.accelerator.unwrap_model(self.model),
+                model,
                 self.tokenizer,
                 device=str(self.accelerator.device),
                 seed=cfg.seed,
@@ -535,7 +544,10 @@ class Learner:
         t0 = time.perf_counter()
         model = self.model
         model.eval()
-        trajs, metrics = self.collect(self.step)
+        if self.producer is not None:
+            trajs, metrics = self.producer.take(self.step)
+        else:
+            trajs, metrics = self.collect(self.step)
         t_rollout = time.perf_counter() - t0
         health = self._check_health(trajs)
         rewards = self.shape_rewards(trajs)
@@ -692,8 +704,8 @@ class Learner:
         if not self.health.enabled:
             return None
         report = self.health.check(trajs)
-        if hasattr(self.engine, "clear"):
-            self.engine.clear()
+        if hasattr(self.engine, "forget"):
+            self.engine.forget(trajs)
         self._logprob_gaps = {}
         self._health_verdict(report.faults)
         return report
@@ -740,6 +752,8 @@ class Learner:
 
     def sync_engine(self) -> None:
         """Push the updated weights into the rollout engine (and reset its prefix cache)."""
+        if self.config.max_staleness:
+            return publish(self)
         if self.config.engine == "hf":
             return  # it decodes with the learner's module itself
         if self.config.engine == "vllm-server":
@@ -833,7 +847,9 @@ class Learner:
     # ---- the loop -------------------------------------------------------------------------------
 
     def learner_state(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "algo": self.name}
+        # the producer draws prompts ahead of the learner: save the draw position of the last step taken
+        sampler = self.producer.sampler_state if self.producer is not None else self.sampler.state_dict()
+        return {"sampler": sampler, "algo": self.name}
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
@@ -876,6 +892,9 @@ class Learner:
         try:
             if cfg.eval_every and start is None:
                 self.logger.log(0, self.evaluate())
+            if cfg.max_staleness:
+                self.producer = AsyncRollout(self)
+                self.producer.start(self.step, cfg.total_steps)
             while self.step < cfg.total_steps:
                 metrics = self.train_step()
                 if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.total_steps):
@@ -895,6 +914,9 @@ class Learner:
             if cfg.export_model:
                 self.export(self.run_dir / "final_model")
         finally:
+            if self.producer is not None:
+                self.producer.close()
+                self.producer = None
             self.logger.close(plot=acc.is_main_process)
         return history
 

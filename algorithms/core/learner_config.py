@@ -97,6 +97,15 @@ class LearnerConfig:
     health_logprob_tol: float = option(
         1.0, "the logprob check fails when |engine - trainer| on a trained token exceeds this (nats)"
     )
+    # asynchronous training (docs/async-training.md)
+    max_staleness: int = option(
+        0, "policy versions a trained token may lag the trained weights; > 0 generates the next "
+        "step's rollouts while this step updates (0: synchronous)"
+    )
+    partial_rollouts: Literal["continue", "drop"] = option(
+        "continue", "async: episodes in flight at a weight sync go on under the new weights "
+        "(continue) or their groups are dropped (drop)"
+    )
     # logging and checkpoints
     save_every: int = option(0, "RL steps between checkpoints (0: only at the end)")
     keep_checkpoints: int = option(2, "newest checkpoints kept")
@@ -133,6 +142,13 @@ class LearnerConfig:
         need(self.kl_coef >= 0, "kl_coef", "must be >= 0")
         need(self.health_logprob_tol > 0, "health_logprob_tol", "must be > 0")
         need(self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c", "must be > 1 or null")
+        need(self.max_staleness >= 0, "max_staleness", "must be >= 0")
+        need(
+            not self.max_staleness or self.rollout_is != "none",
+            "rollout_is",
+            f"asynchronous training (max_staleness={self.max_staleness}) trains on older policies' "
+            "samples and needs the off-policy correction: set rollout_is: tis",
+        )
         need(self.save_every >= 0, "save_every", "must be >= 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")

@@ -80,7 +80,8 @@ class Segment:
     distribution. `top_logprobs[i]` holds the k largest log-probs at position i (descending),
     when requested. `entropy[i]` is the exact entropy of the sampled distribution at position i
     where the engine can compute it (HF), else None. `text` is the decoded text, cut right after
-    the stop string when one matched (`stop_str`).
+    the stop string when one matched (`stop_str`). `policy_version` is None unless the engine
+    is wrapped by asynchronous training (`algorithms.core.async_rollout.VersionedEngine`).
     """
 
     token_ids: list[int]
@@ -90,6 +91,7 @@ class Segment:
     stop_str: str | None = None
     text: str = ""
     entropy: list[float] | None = None
+    policy_version: int | None = None  # set by asynchronous training: the weights that produced it
 
     def __len__(self) -> int:
         return len(self.token_ids)

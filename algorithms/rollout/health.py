@@ -139,6 +139,13 @@ class RecordedEngine:
     def clear(self) -> None:
         self._outputs.clear()
 
+    def forget(self, trajectories: Sequence[Any]) -> None:
+        """Forget the contexts these trajectories were generated from, and keep the rest: with
+        asynchronous training the next batch is being recorded while this one is checked."""
+        for t in trajectories:
+            for start in t.segment_starts:
+                self._outputs.pop(tuple(t.prompt_ids + t.response_ids[:start]), None)
+
 
 @dataclass
 class HealthChecker:

@@ -53,6 +53,7 @@ class Path:
     logprobs: list[float] = field(default_factory=list)
     entropy: list[float] | None = field(default_factory=list)
     segment_starts: list[int] = field(default_factory=list)
+    policy_version: list[int] = field(default_factory=list)  # per segment, when the engine tags it
     texts: list[str] = field(default_factory=list)  # decoded pieces, for response_text
     turns: int = 0
     status: Status = "active"
@@ -80,6 +81,8 @@ class Path:
 
     def append_generated(self, seg: Segment) -> None:
         self.segment_starts.append(len(self.response_ids))
+        if seg.policy_version is not None:
+            self.policy_version.append(seg.policy_version)
         self.response_ids += seg.token_ids
         self.loss_mask += [1] * len(seg.token_ids)
         self.logprobs += seg.logprobs
@@ -119,6 +122,7 @@ class Path:
             logprobs=self.logprobs[:cut],
             entropy=None if self.entropy is None else self.entropy[:cut],
             segment_starts=self.segment_starts[:n_segments],
+            policy_version=self.policy_version[:n_segments],
             texts=list(self.texts[: 2 * n_segments]) if at_boundary else list(self.texts),
             turns=n_segments,
             boundary_state=self.boundary_state,
@@ -156,6 +160,7 @@ class Path:
             finish_reason=self.finish_reason,
             end_reason=self.end_reason,
             segment_starts=list(self.segment_starts),
+            policy_version=list(self.policy_version),
             response_text="".join(self.texts),
             traj_id=self.traj_id,
             parent_id=self.parent_id,

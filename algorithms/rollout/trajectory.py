@@ -10,7 +10,8 @@ Invariants (checked by `validate`): `loss_mask`, `logprobs` and `entropy` (when 
 the length of `response_ids`; the mask is 1 exactly on tokens the policy sampled and 0 on
 tokens the env inserted (tool results, messages); log-probs are 0.0 where the mask is 0.
 Tree rollouts record where a trajectory came from in `parent_id`, `branch_offset` and the open
-`lineage` dict (root id, depth, whatever a strategy needs).
+`lineage` dict (root id, depth, whatever a strategy needs). Asynchronous training tags each
+generated segment with the `policy_version` that produced it (docs/async-training.md).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class Trajectory:
     finish_reason: str = ""  # of the last segment: stop | eos | length
     end_reason: str = ""  # why the episode ended: answer, end, max_turns, response_budget, ...
     segment_starts: list[int] = field(default_factory=list)  # response offsets where generated segments start
+    # asynchronous training: the policy version (learner step whose weights the engine held) that
+    # generated each segment, aligned with segment_starts; empty in the synchronous loop, where
+    # every token comes from the version trained on
+    policy_version: list[int] = field(default_factory=list)
     response_text: str = ""  # decoded, for reading and reward debugging only; never re-encoded
     traj_id: int = 0
     parent_id: int | None = None
@@ -73,6 +78,11 @@ class Trajectory:
             raise ValueError(f"{where}: loss_mask must hold only 0 and 1")
         if any(m == 0 and lp != 0.0 for m, lp in zip(self.loss_mask, self.logprobs, strict=True)):
             raise ValueError(f"{where}: logprobs must be 0.0 where loss_mask is 0")
+        if self.policy_version and len(self.policy_version) != len(self.segment_starts):
+            raise ValueError(
+                f"{where}: len(policy_version)={len(self.policy_version)} != "
+                f"len(segment_starts)={len(self.segment_starts)} (one version per generated segment)"
+            )
         if self.terminated and self.truncated:
             raise ValueError(f"{where}: terminated and truncated are both set")
 
