@@ -42,6 +42,8 @@ def learner_class(algo: str) -> Any:
 
 def _train(args: argparse.Namespace) -> int:
     from algorithms.base.config import build_config, format_help
+    from algorithms.base.preflight import preflight_learner
+    from algorithms.core.checkpoint import CheckpointError, resolve_resume
 
     if args.help:
         print(args.parser.format_help())
@@ -56,8 +58,14 @@ def _train(args: argparse.Namespace) -> int:
     cls = learner_class(args.algo)
     cfg = build_config(cls.config_class, args.config, args.overrides)
     _check_algo_in_file(args.config, args.algo)
-    learner = cls(cfg)
-    learner.train(resume=args.resume_from or args.resume)
+    # everything that can be checked without the model, before loading it
+    preflight_learner(cfg)
+    try:
+        start = resolve_resume(args.resume_from or args.resume, cfg.output_dir)
+        learner = cls(cfg)
+        learner.train(resume=start)
+    except CheckpointError as exc:  # a damaged checkpoint or a full disk: the message says what to do
+        raise SystemExit(f"train: {exc}") from exc
     return 0
 
 

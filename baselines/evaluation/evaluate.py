@@ -23,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_envs  # noqa: F401  (registers the ids)
+from algorithms.base.preflight import check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize
 from baselines.prompting import BASELINES, apply_baseline
 
@@ -79,12 +80,18 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     from algorithms.rollout import SamplingParams, run_episodes
 
     cfg.validate()
-    engine = engine or make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
-    probe = gym.make(cfg.env, **cfg.env_kwargs).unwrapped
+    # the env, its task data and the model path are checked before an engine loads the model
+    probe = check_env(cfg.env, cfg.env_kwargs)
     total = len(probe.tasks)
     count = total - cfg.first_task if cfg.limit is None else min(cfg.limit, total - cfg.first_task)
     if count <= 0:
         raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
+    if engine is None:
+        if cfg.engine != "openai":  # a served model's name is not a path
+            check_model(cfg.model, key="--model")
+            check_engine(cfg.engine, key="--engine")
+        print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
+        engine = make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
 
     def make_env() -> Any:
         env = gym.make(cfg.env, tokenizer=engine.tokenizer, **cfg.env_kwargs).unwrapped
