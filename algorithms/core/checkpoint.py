@@ -183,6 +183,27 @@ def _kill_if_asked(step: int, point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _why_writes_fail(root: Path, exc: BaseException) -> str:
+    """What torch's short-write error ("unexpected pos ...") means here: the free space and any
+    file size limit (`ulimit -f`), so the user sees the cause, not the zip writer's internals."""
+    if isinstance(exc, OSError):
+        return ""  # ENOSPC / EFBIG already say it
+    notes = []
+    try:
+        notes.append(f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free on {root}")
+    except OSError:
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY:
+            notes.append(f"files are limited to {soft} bytes (ulimit -f)")
+    except (ImportError, OSError, ValueError):
+        pass
+    return f" (a short write: {', '.join(notes)})" if notes else " (a short write)"
+
+
 def _seal(tmp: Path, step: int, learner_state: dict[str, Any]) -> None:
     """Write the learner state and the manifest into `tmp`, everything fsync'd, manifest last."""
     (tmp / STATE_FILE).write_text(json.dumps({"step": step, **learner_state}, indent=1, sort_keys=True))
@@ -230,8 +251,8 @@ def save_checkpoint(
         intact = latest_checkpoint(run_dir)
         kept = f"the last complete checkpoint, {intact}, is intact" if intact else "no earlier checkpoint exists"
         raise CheckpointError(
-            f"writing checkpoint {final} failed: {exc}; {kept}. Free disk space (or raise the file "
-            "size limit) and continue with `--resume`"
+            f"writing checkpoint {final} failed: {exc}{_why_writes_fail(root, exc)}; {kept}. Free disk "
+            "space (or raise the file size limit) and continue with `--resume`"
         ) from exc
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
