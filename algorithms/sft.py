@@ -262,17 +262,10 @@ def evaluate_protocol(
     }
 
 
-def run_sft(cfg: SFTConfig) -> dict[str, Any]:
-    """Train, save `<output_dir>/final_model` (HF format), evaluate; return the results."""
-    import gymnasium as gym
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    import agent_envs  # noqa: F401  (registers the ids)
-
+def preflight_sft(cfg: SFTConfig) -> None:
+    """Everything that can be checked without the model (config, model path, env and its data,
+    the JSONL episodes, the output folder), so a typo costs a second, not a model load."""
     cfg.validate()
-    # everything that can be checked without the model, before loading it
     check_model(cfg.model)
     num_tasks = len(check_env(cfg.env, cfg.env_kwargs).tasks)
     if cfg.data:
@@ -283,6 +276,21 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
             f"{cfg.eval_episodes} and train on the rest"
         )
     check_output_dir(cfg.output_dir)
+
+
+def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
+    """Train, save `<output_dir>/final_model` (HF format), evaluate; return the results.
+
+    `preflight=False` skips `preflight_sft` for a caller that has just run it."""
+    import gymnasium as gym
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import agent_envs  # noqa: F401  (registers the ids)
+
+    if preflight:
+        preflight_sft(cfg)
     apply_threads(cfg.threads)
     acc = Accelerator(step_scheduler_with_optimizer=False)
     set_seed(cfg.seed)
@@ -403,5 +411,6 @@ __all__ = [
     "evaluate_protocol",
     "gold_trace_examples",
     "jsonl_examples",
+    "preflight_sft",
     "run_sft",
 ]

@@ -23,6 +23,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+# what bad configuration and data raise: an entry point reports them without a traceback, since
+# the message already names the key, file and line (DataError is a ValueError; ImportError: an
+# engine that is not installed)
+USER_ERRORS = (ValueError, OSError, ImportError)
 # org/name, as the hub spells repository ids; anything else that does not exist is a bad path
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -98,4 +102,4 @@ def preflight_learner(cfg: Any) -> int:
     return tasks
 
 
-__all__ = ["check_engine", "check_env", "check_model", "check_output_dir", "preflight_learner"]
+__all__ = ["USER_ERRORS", "check_engine", "check_env", "check_model", "check_output_dir", "preflight_learner"]

@@ -24,6 +24,7 @@ has the whole story.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -189,10 +190,8 @@ def _why_writes_fail(root: Path, exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return ""  # ENOSPC / EFBIG already say it
     notes = []
-    try:
+    with contextlib.suppress(OSError):
         notes.append(f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free on {root}")
-    except OSError:
-        pass
     try:
         import resource
 

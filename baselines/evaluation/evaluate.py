@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_envs  # noqa: F401  (registers the ids)
-from algorithms.base.preflight import check_engine, check_env, check_model
+from algorithms.base.preflight import USER_ERRORS, check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize
 from baselines.prompting import BASELINES, apply_baseline
 
@@ -75,21 +75,29 @@ def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url
     return OpenAIEngine(base_url=base_url, model=str(model), tokenizer=tokenizer or str(model))
 
 
+def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
+    """The config, the env with its task data, and (without a ready engine) the model path and
+    engine package: checked before an engine loads the model. Returns the env, made without a
+    tokenizer."""
+    cfg.validate()
+    probe = check_env(cfg.env, cfg.env_kwargs, key="--env")
+    total = len(probe.tasks)
+    if total - cfg.first_task <= 0:
+        raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
+    if engine is None and cfg.engine != "openai":  # a served model's name is not a path
+        check_model(cfg.model, key="--model")
+        check_engine(cfg.engine, key="--engine")
+    return probe
+
+
 def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     """Run the evaluation and return the summary (also written to `cfg.out` when set)."""
     from algorithms.rollout import SamplingParams, run_episodes
 
-    cfg.validate()
-    # the env, its task data and the model path are checked before an engine loads the model
-    probe = check_env(cfg.env, cfg.env_kwargs)
+    probe = check_eval_inputs(cfg, engine)
     total = len(probe.tasks)
     count = total - cfg.first_task if cfg.limit is None else min(cfg.limit, total - cfg.first_task)
-    if count <= 0:
-        raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
     if engine is None:
-        if cfg.engine != "openai":  # a served model's name is not a path
-            check_model(cfg.model, key="--model")
-            check_engine(cfg.engine, key="--engine")
         print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
         engine = make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
 
@@ -166,6 +174,10 @@ def _run(args: argparse.Namespace) -> int:
         first_task=args.first_task, temperature=args.temperature, max_response_tokens=args.max_response_tokens,
         baseline=args.baseline, seed=args.seed, env_kwargs=json.loads(args.env_kwargs), out=args.out,
     )
+    try:
+        check_eval_inputs(cfg)
+    except USER_ERRORS as exc:  # the message names the option, file and line: no traceback needed
+        raise SystemExit(f"evaluate: {type(exc).__name__}: {exc}") from exc
     summary = evaluate(cfg)
     for key, value in summary["metrics"].items():
         print(f"{key:>18}: {value:.4f}")

@@ -38,11 +38,11 @@ def run(cmd: list[str], env: dict[str, str] | None = None, **kwargs) -> subproce
 
 
 def metrics(out: Path) -> dict[int, dict]:
-    return {row["step"]: row for row in map(json.loads, open(out / "metrics.jsonl"))}
+    return {row["step"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
 
 
 def trajectory_ids(out: Path, step: int) -> list[tuple[int, int, list[int]]]:
-    rows = map(json.loads, open(out / "trajectories" / f"step_{step:06d}.jsonl"))
+    rows = map(json.loads, (out / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines())
     return [(r["group_id"], r["traj_id"], r["response_ids"]) for r in rows]
 
 
