@@ -179,14 +179,17 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     specs = [RunSpec(a, s, config, list(overrides), str(root / f"{a}-{s}"), eval_tasks, eval_samples, threads,
                      log_to_file=jobs > 1) for a, s in order]  # fmt: skip
     # a bad key, preset or data file of the last run must not surface after the first runs trained
-    from algorithms.base.preflight import preflight_learner
+    from algorithms.base.preflight import USER_ERRORS, preflight_learner
 
     checked = set()
     for spec in specs:
-        cfg = spec_config(spec)
-        if spec.algo not in checked:
-            preflight_learner(cfg)
-            checked.add(spec.algo)
+        try:
+            cfg = spec_config(spec)
+            if spec.algo not in checked:
+                preflight_learner(cfg)
+                checked.add(spec.algo)
+        except USER_ERRORS as exc:  # the message names the key, file and line: no traceback needed
+            raise SystemExit(f"compare: {spec.algo} seed {spec.seed}: {type(exc).__name__}: {exc}") from exc
     manifest = {"algos": algos, "seeds": seeds, "config": config, "overrides": list(overrides),
                 "eval_tasks": eval_tasks, "eval_samples": eval_samples, "jobs": jobs, "threads_per_job": threads}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1))

@@ -140,3 +140,15 @@ def test_sft_with_good_data_does_load_the_model(tmp_path):
     proc = run([sys.executable, "-m", "agent_envs.cli", *argv])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[sft] loading model" in proc.stdout
+
+
+def test_compare_checks_every_run_before_training_any(tmp_path, capsys):
+    (tmp_path / "grpo.yaml").write_text(f"inherit: {GRPO_TINY}\nmodel: tiny\n")  # no dapo.yaml
+    out = tmp_path / "cmp"
+    _fails(capsys, ["compare", "--algos", "grpo,dapo", "--seeds", "0", "--out", str(out), "--config",
+                    str(tmp_path / "{algo}.yaml"), "--jobs", "1"],
+           f"compare: dapo seed 0: FileNotFoundError: config file {tmp_path}/dapo.yaml not found")  # fmt: skip
+    assert not (out / "grpo-0" / "metrics.jsonl").exists()  # grpo, first in line, never started
+    _fails(capsys, ["compare", "--algos", "grpo", "--seeds", "0,1", "--out", str(out), "--config",
+                    str(tmp_path / "{algo}.yaml"), "--jobs", "1", "total_step=2"],
+           "compare: grpo seed 0: ValueError: override 'total_step=2': unknown config key 'total_step'")  # fmt: skip
