@@ -83,12 +83,14 @@ def _assert_resumed_equals_full(full, broken, steps) -> None:
 def full_run(sft_run, tmp_path_factory):
     """The uninterrupted run the interrupted ones are compared with, and its training time."""
     env, full = cli_env(), tmp_path_factory.mktemp("full")
-    proc = subprocess.Popen(_train(sft_run["model"], full, "save_trajectories=true"), env=env,
-                            cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    while not (full / "config.json").exists() and proc.poll() is None:  # written once the model is loaded
-        time.sleep(0.02)
-    started = time.monotonic()
-    assert proc.wait(timeout=400) == 0, proc.stderr.read()[-3000:]
+    log = full.parent / "full.log"  # a file, not a pipe: nobody reads while the run writes
+    with open(log, "w") as err:
+        proc = subprocess.Popen(_train(sft_run["model"], full, "save_trajectories=true"), env=env,
+                                cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
+        while not (full / "config.json").exists() and proc.poll() is None:  # written once the model is loaded
+            time.sleep(0.02)
+        started = time.monotonic()
+        assert proc.wait(timeout=400) == 0, log.read_text()[-3000:]
     assert any(_metrics(full)[s]["grad_norm"] > 0 for s in (3, 4))  # the compared steps do update
     return full, time.monotonic() - started
 
@@ -113,6 +115,7 @@ def test_sigkill_inside_a_checkpoint_save_resumes_from_the_previous_one(sft_run,
 
 
 @pytest.mark.stress
+@pytest.mark.timeout(3600)  # 20 runs or more, each ~10 s on an idle machine, several times that on a busy one
 def test_sigkill_at_random_times_always_resumes_cleanly(sft_run, full_run, tmp_path):
     """10 SIGKILLs at uniformly random times of the training part of a run (checkpoint every
     step, so some land inside a save), each followed by `--resume`: the finished run equals the
@@ -140,6 +143,7 @@ def test_sigkill_at_random_times_always_resumes_cleanly(sft_run, full_run, tmp_p
         proc.wait()
         kills += 1
         root = out / "checkpoints"
+        left = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
         inside_save += any(root.glob(".tmp-*")) if root.is_dir() else 0
         before_first += not any(root.glob("step_*")) if root.is_dir() else 1
         resumed = subprocess.run(args + ["--resume"], env=env, cwd=env["PYTHONPATH"], capture_output=True,
@@ -147,5 +151,6 @@ def test_sigkill_at_random_times_always_resumes_cleanly(sft_run, full_run, tmp_p
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         _assert_resumed_equals_full(full, out, steps=(1, 2, 3, 4))
         clean += 1
+        print(f"kill {kills}: {left} left at the kill, resumed cleanly", flush=True)
     print(f"\n{kills} kills, {clean} clean resumes ({inside_save} inside a checkpoint save, "
           f"{before_first} before the first checkpoint; {trial - kills} runs finished before their kill)")
