@@ -90,9 +90,13 @@ def full_run(sft_run, tmp_path_factory):
         while not (full / "config.json").exists() and proc.poll() is None:  # written once the model is loaded
             time.sleep(0.02)
         started = time.monotonic()
+        last = full / "checkpoints" / "step_00000004" / "checkpoint_complete.json"
+        while not last.exists() and proc.poll() is None:
+            time.sleep(0.02)
+        train_s = time.monotonic() - started  # the steps and saves, not the export and plots after them
         assert proc.wait(timeout=400) == 0, log.read_text()[-3000:]
     assert any(_metrics(full)[s]["grad_norm"] > 0 for s in (3, 4))  # the compared steps do update
-    return full, time.monotonic() - started
+    return full, train_s
 
 
 @pytest.mark.slow
@@ -117,9 +121,10 @@ def test_sigkill_inside_a_checkpoint_save_resumes_from_the_previous_one(sft_run,
 @pytest.mark.stress
 @pytest.mark.timeout(3600)  # 20 runs or more, each ~10 s on an idle machine, several times that on a busy one
 def test_sigkill_at_random_times_always_resumes_cleanly(sft_run, full_run, tmp_path):
-    """10 SIGKILLs at uniformly random times of the training part of a run (checkpoint every
-    step, so some land inside a save), each followed by `--resume`: the finished run equals the
-    uninterrupted one (metrics, trajectory ids and tokens, final weights)."""
+    """10 SIGKILLs at uniformly random times of the training part of a run (its 4 steps and their
+    checkpoints: one every step, so some kills land inside a save), each followed by `--resume`:
+    the finished run equals the uninterrupted one (metrics, trajectory ids and tokens, final
+    weights)."""
     import random
 
     full, train_s = full_run
