@@ -142,7 +142,10 @@ def episode_form(row: dict, where: str) -> str:
         if not isinstance(messages, list) or not messages:
             raise ValueError(f"{where}: field 'messages' must be a non-empty list of {{role, content}} objects")
         for n, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            # content may be null (a tool-call turn) or a list of parts: chat templates take both
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(
+                m.get("content"), str | list | None
+            ):
                 raise ValueError(f"{where}: field messages[{n}] must be {{'role': str, 'content': str}}, got {m!r:.80}")
         if not any(m["role"] == "assistant" for m in messages):
             raise ValueError(f"{where}: no assistant message to learn from")
