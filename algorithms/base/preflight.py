@@ -54,7 +54,9 @@ def check_model(model: str, key: str = "model") -> None:
 def check_env(env_id: str, env_kwargs: dict[str, Any], key: str = "env") -> Any:
     """Make the env without a tokenizer (its task data is read and checked here); return it, unwrapped.
 
-    Data errors propagate as raised: they already name the file, line and field.
+    Data errors propagate as raised: they already name the file, line and field. Heavy env
+    resources (a BM25 index over the search corpus) are shared within the process, so building
+    them here is not paid again when the learner makes its envs.
     """
     import gymnasium as gym
 
