@@ -43,6 +43,8 @@ def learner_class(algo: str) -> Any:
 
 def _train(args: argparse.Namespace) -> int:
     from algorithms.base.config import build_config, format_help
+    from algorithms.base.preflight import USER_ERRORS, preflight_learner
+    from algorithms.core.checkpoint import CheckpointError, resolve_resume
 
     if args.help:
         print(args.parser.format_help())
@@ -55,10 +57,17 @@ def _train(args: argparse.Namespace) -> int:
     if args.algo is None:
         raise SystemExit(f"train: --algo is required; choose one of {sorted(ALGORITHMS)}")
     cls = learner_class(args.algo)
-    cfg = build_config(cls.config_class, args.config, args.overrides)
-    _check_algo_in_file(args.config, args.algo)
-    learner = cls(cfg)
-    learner.train(resume=args.resume_from or args.resume)
+    try:  # everything that can be checked without the model, before loading it
+        cfg = build_config(cls.config_class, args.config, args.overrides)
+        _check_algo_in_file(args.config, args.algo)
+        preflight_learner(cfg)
+        start = resolve_resume(args.resume_from or args.resume, cfg.output_dir)
+    except (*USER_ERRORS, CheckpointError) as exc:  # the message names the key, file and line
+        raise SystemExit(f"train: {type(exc).__name__}: {exc}") from exc
+    try:
+        cls(cfg).train(resume=start)
+    except CheckpointError as exc:  # a full disk: the message says which checkpoint is intact
+        raise SystemExit(f"train: {exc}") from exc
     return 0
 
 
@@ -74,15 +83,20 @@ def _check_algo_in_file(path: str | None, algo: str) -> None:
 
 def _sft(args: argparse.Namespace) -> int:
     from algorithms.base.config import build_config, format_help
-    from algorithms.sft import SFTConfig, run_sft
+    from algorithms.base.preflight import USER_ERRORS
+    from algorithms.sft import SFTConfig, preflight_sft, run_sft
 
     if args.help:
         print(args.parser.format_help())
         print("config keys (set as key=value, or key: value in --config):")
         print(format_help(SFTConfig))
         return 0
-    cfg = build_config(SFTConfig, args.config, args.overrides)
-    result = run_sft(cfg)
+    try:
+        cfg = build_config(SFTConfig, args.config, args.overrides)
+        preflight_sft(cfg)
+    except USER_ERRORS as exc:
+        raise SystemExit(f"sft: {type(exc).__name__}: {exc}") from exc
+    result = run_sft(cfg, preflight=False)
     print(json.dumps(result, indent=1))
     return 0
 

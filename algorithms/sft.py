@@ -41,6 +41,7 @@ import torch
 
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.base.config import check_types, config_dict, option
+from algorithms.base.preflight import check_env, check_model, check_output_dir
 from algorithms.core.run_log import RunLogger
 from algorithms.core.threads import THREADS_HELP, Threads, apply_threads, choose_threads
 
@@ -133,10 +134,53 @@ def gold_trace_examples(env: Any, tokenizer: Any, indices: list[int]) -> list[Ex
     return out
 
 
+def episode_form(row: dict, where: str) -> str:
+    """"messages" or "turns": which of the two JSONL forms `row` is, or a ValueError naming the
+    line and field (checked without a tokenizer, so before the model is loaded)."""
+    if "messages" in row:
+        messages = row["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(f"{where}: field 'messages' must be a non-empty list of {{role, content}} objects")
+        for n, m in enumerate(messages):
+            # content may be null (a tool-call turn) or a list of parts: chat templates take both
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(
+                m.get("content"), str | list | None
+            ):
+                raise ValueError(f"{where}: field messages[{n}] must be {{'role': str, 'content': str}}, got {m!r:.80}")
+        if not any(m["role"] == "assistant" for m in messages):
+            raise ValueError(f"{where}: no assistant message to learn from")
+        return "messages"
+    if "prompt" in row or "turns" in row:
+        if not isinstance(row.get("prompt"), str):
+            raise ValueError(f"{where}: field 'prompt' must be a string (the rendered prompt)")
+        if not isinstance(row.get("turns"), list):
+            raise ValueError(f"{where}: field 'turns' must be a list of {{role, text}} objects")
+        for n, turn in enumerate(row["turns"]):
+            if (
+                not isinstance(turn, dict)
+                or turn.get("role") not in ("model", "env")
+                or not isinstance(turn.get("text"), str)
+            ):
+                raise ValueError(f"{where}: field turns[{n}] must be {{'role': 'model'|'env', 'text': str}}")
+        if not any(t["role"] == "model" and t["text"] for t in row["turns"]):
+            raise ValueError(f"{where}: no model turn to learn from")
+        return "turns"
+    raise ValueError(f"{where}: expected field 'messages', or 'prompt' + 'turns'; got {sorted(row)[:8]}")
+
+
+def check_sft_data(path: str | os.PathLike) -> int:
+    """Read every episode of an SFT JSONL file and check its form; return the count."""
+    count = 0
+    for where, _, row in iter_json_objects(path, "SFT data file (config field 'data')"):
+        episode_form(row, where)
+        count += 1
+    if not count:
+        raise ValueError(f"{path}: no episodes (config field 'data')")
+    return count
+
+
 def _messages_example(row: dict, tokenizer: Any, where: str) -> Example:
     messages = row["messages"]
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise ValueError(f"{where}: 'messages' must be a list of {{role, content}} objects")
     ids: list[int] = []
     mask: list[int] = []
     for k, msg in enumerate(messages):
@@ -160,17 +204,9 @@ def _messages_example(row: dict, tokenizer: Any, where: str) -> Example:
 
 
 def _turns_example(row: dict, tokenizer: Any, where: str) -> Example:
-    if not isinstance(row.get("prompt"), str) or not isinstance(row.get("turns"), list):
-        raise ValueError(f"{where}: an episode needs 'prompt' (string) and 'turns' (list)")
     ids = _encode(tokenizer, row["prompt"])
     mask = [0] * len(ids)
-    for n, turn in enumerate(row["turns"]):
-        if (
-            not isinstance(turn, dict)
-            or turn.get("role") not in ("model", "env")
-            or not isinstance(turn.get("text"), str)
-        ):
-            raise ValueError(f"{where}: turns[{n}] must be {{'role': 'model'|'env', 'text': str}}")
+    for turn in row["turns"]:
         t = _encode(tokenizer, turn["text"])
         ids += t
         mask += [int(turn["role"] == "model")] * len(t)
@@ -184,13 +220,9 @@ def _turns_example(row: dict, tokenizer: Any, where: str) -> Example:
 def jsonl_examples(path: str | os.PathLike, tokenizer: Any) -> list[Example]:
     """Episodes from a user JSONL file (see the module docstring for the two accepted forms)."""
     out = []
-    for where, _, row in iter_json_objects(path, "SFT data file"):
-        if "messages" in row:
-            out.append(_messages_example(row, tokenizer, where))
-        elif "prompt" in row:
-            out.append(_turns_example(row, tokenizer, where))
-        else:
-            raise ValueError(f"{where}: expected 'messages' or 'prompt' + 'turns'")
+    for where, _, row in iter_json_objects(path, "SFT data file (config field 'data')"):
+        build = _messages_example if episode_form(row, where) == "messages" else _turns_example
+        out.append(build(row, tokenizer, where))
     if not out:
         raise ValueError(f"{path}: no episodes")
     return out
@@ -233,8 +265,26 @@ def evaluate_protocol(
     }
 
 
-def run_sft(cfg: SFTConfig) -> dict[str, Any]:
-    """Train, save `<output_dir>/final_model` (HF format), evaluate; return the results."""
+def preflight_sft(cfg: SFTConfig) -> None:
+    """Everything that can be checked without the model (config, model path, env and its data,
+    the JSONL episodes, the output folder), so a typo costs a second, not a model load."""
+    cfg.validate()
+    check_model(cfg.model)
+    num_tasks = len(check_env(cfg.env, cfg.env_kwargs).tasks)
+    if cfg.data:
+        check_sft_data(cfg.data)
+    elif num_tasks - cfg.eval_episodes < 1:
+        raise ValueError(
+            f"config field 'eval_episodes': env {cfg.env} has {num_tasks} tasks, too few to hold out "
+            f"{cfg.eval_episodes} and train on the rest"
+        )
+    check_output_dir(cfg.output_dir)
+
+
+def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
+    """Train, save `<output_dir>/final_model` (HF format), evaluate; return the results.
+
+    `preflight=False` skips `preflight_sft` for a caller that has just run it."""
     import gymnasium as gym
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -242,7 +292,8 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
 
     import agent_envs  # noqa: F401  (registers the ids)
 
-    cfg.validate()
+    if preflight:
+        preflight_sft(cfg)
     apply_threads(cfg.threads)
     acc = Accelerator(step_scheduler_with_optimizer=False)
     set_seed(cfg.seed)
@@ -252,6 +303,8 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
 
         with acc.main_process_first():
             path = str(build_tiny_model(seed=0))
+    if acc.is_main_process:  # also the marker the preflight tests look for
+        print(f"[sft] loading model {path}", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
@@ -353,4 +406,14 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     return result
 
 
-__all__ = ["Example", "SFTConfig", "evaluate_protocol", "gold_trace_examples", "jsonl_examples", "run_sft"]
+__all__ = [
+    "Example",
+    "SFTConfig",
+    "check_sft_data",
+    "episode_form",
+    "evaluate_protocol",
+    "gold_trace_examples",
+    "jsonl_examples",
+    "preflight_sft",
+    "run_sft",
+]

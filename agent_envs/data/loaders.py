@@ -346,6 +346,29 @@ def _hub_unreachable() -> str | None:
         return f"the hub at {endpoint} is unreachable ({why})"
 
 
+def _hf_copy_may_be_cached(hf_id: str) -> bool:
+    """Whether the hub or datasets cache may hold `hf_id`, judged from folder names alone.
+
+    Importing `datasets` to ask it takes seconds (pandas, pyarrow); offline with nothing cached,
+    that import was most of the time before the error. The match is loose (any datasets-cache
+    folder of the same owner), so a cached copy is never missed; a false "maybe" only costs the
+    import.
+    """
+    if Path(hf_id).expanduser().exists():  # a local dataset folder needs no hub
+        return True
+    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    home = home.expanduser()
+    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub")
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    if (hub.expanduser() / f"datasets--{hf_id.replace('/', '--')}").is_dir():
+        return True
+    owner = hf_id.split("/")[0].lower() + "___" if "/" in hf_id else hf_id.lower()
+    try:
+        return any(p.name.lower().startswith(owner) for p in datasets_cache.iterdir())
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def _hub_offline() -> Iterator[None]:
     """The hub client in offline mode for one load: a copy cached by an earlier download still
@@ -419,6 +442,8 @@ def load_benchmark(
     if spec.hf_id and os.environ.get(NO_HF_ENV, "").lower() in ("", "0", "false"):
         unreachable = _hub_unreachable()
         try:
+            if unreachable is not None and not _hf_copy_may_be_cached(spec.hf_id):
+                raise FileNotFoundError("not cached")  # reported below as "unreachable and no copy is cached"
             if unreachable is None:
                 return _load_hf(spec, None if local_split else split)
             with _hub_offline():

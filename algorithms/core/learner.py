@@ -172,6 +172,8 @@ class Learner:
     def _load_model(self, path: str) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if self.accelerator.is_main_process:  # also the marker the preflight tests look for
+            print(f"[{self.name}] loading model {path}", flush=True)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         if self.config.gradient_checkpointing:

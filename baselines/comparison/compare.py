@@ -68,12 +68,21 @@ def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None) -> t
     return jobs, max(1, cores // jobs)
 
 
+def spec_config(spec: RunSpec) -> Any:
+    """The learner config of one run: its preset, the shared overrides, then seed, folder, threads."""
+    from algorithms.base.config import build_config
+    from algorithms.cli import learner_class
+
+    return build_config(learner_class(spec.algo).config_class, spec.config.format(algo=spec.algo),
+                        [*spec.overrides, f"seed={spec.seed}", f"output_dir={spec.run_dir}",
+                         f"threads={spec.threads}"])
+
+
 def run_one(spec: RunSpec) -> dict[str, Any]:
     """Train one run, evaluate its final model greedily and at its training sampling setup, and
     write `<run_dir>/result.json`; returns that result."""
     import gymnasium as gym
 
-    from algorithms.base.config import build_config
     from algorithms.cli import learner_class
     from algorithms.core.run_log import read_metrics
     from baselines.evaluation.evaluate import EvalConfig, evaluate, make_engine
@@ -81,8 +90,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     run_dir = Path(spec.run_dir)
     (run_dir / RUN_RESULT).unlink(missing_ok=True)  # a failed rerun must not leave an old result behind
     cls = learner_class(spec.algo)
-    cfg = build_config(cls.config_class, spec.config.format(algo=spec.algo),
-                       [*spec.overrides, f"seed={spec.seed}", f"output_dir={run_dir}", f"threads={spec.threads}"])
+    cfg = spec_config(spec)
     t0 = time.perf_counter()
     cls(cfg).train()
     train_s = time.perf_counter() - t0
@@ -170,6 +178,18 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     jobs, threads = plan_parallelism(len(order), jobs)
     specs = [RunSpec(a, s, config, list(overrides), str(root / f"{a}-{s}"), eval_tasks, eval_samples, threads,
                      log_to_file=jobs > 1) for a, s in order]  # fmt: skip
+    # a bad key, preset or data file of the last run must not surface after the first runs trained
+    from algorithms.base.preflight import USER_ERRORS, preflight_learner
+
+    checked = set()
+    for spec in specs:
+        try:
+            cfg = spec_config(spec)
+            if spec.algo not in checked:
+                preflight_learner(cfg)
+                checked.add(spec.algo)
+        except USER_ERRORS as exc:  # the message names the key, file and line: no traceback needed
+            raise SystemExit(f"compare: {spec.algo} seed {spec.seed}: {type(exc).__name__}: {exc}") from exc
     manifest = {"algos": algos, "seeds": seeds, "config": config, "overrides": list(overrides),
                 "eval_tasks": eval_tasks, "eval_samples": eval_samples, "jobs": jobs, "threads_per_job": threads}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -226,4 +246,4 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["RunSpec", "add_cli", "plan_parallelism", "run_compare", "run_one"]
+__all__ = ["RunSpec", "add_cli", "plan_parallelism", "run_compare", "run_one", "spec_config"]

@@ -36,6 +36,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_envs  # noqa: F401  (registers the ids)
+from algorithms.base.preflight import USER_ERRORS, check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize
 from baselines.prompting import BASELINES, apply_baseline
 
@@ -96,6 +97,21 @@ def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url
     return OpenAIEngine(base_url=base_url, model=str(model), tokenizer=tokenizer or str(model))
 
 
+def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
+    """The config, the env with its task data, and (without a ready engine) the model path and
+    engine package: checked before an engine loads the model. Returns the env, made without a
+    tokenizer."""
+    cfg.validate()
+    probe = check_env(cfg.env, cfg.env_kwargs, key="--env")
+    total = len(probe.tasks)
+    if total - cfg.first_task <= 0:
+        raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
+    if engine is None and cfg.engine != "openai":  # a served model's name is not a path
+        check_model(cfg.model, key="--model")
+        check_engine(cfg.engine, key="--engine")
+    return probe
+
+
 def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     """Run the evaluation and return the summary (also written to `cfg.out` and `cfg.record`)."""
     return _evaluate(cfg, engine, replay_from=None)[0]
@@ -105,13 +121,12 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     from agent_envs.tools.recording import ToolRecording
     from algorithms.rollout.health import HealthChecker, RecordedEngine
 
-    cfg.validate()
-    probe = gym.make(cfg.env, **cfg.env_kwargs).unwrapped
+    probe = check_eval_inputs(cfg, engine)
     total = len(probe.tasks)
     count = total - cfg.first_task if cfg.limit is None else min(cfg.limit, total - cfg.first_task)
-    if count <= 0:
-        raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
-    engine = engine or make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
+    if engine is None:
+        print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
+        engine = make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
     health = HealthChecker(mode="off")
     if cfg.health != "off":
         engine = RecordedEngine(engine)
@@ -331,6 +346,10 @@ def _run(args: argparse.Namespace) -> int:
         record=args.record, repeats=args.repeats, judge_url=args.judge_url, judge_model=args.judge_model,
         health=args.health,
     )
+    try:
+        check_eval_inputs(cfg)
+    except USER_ERRORS as exc:  # the message names the option, file and line: no traceback needed
+        raise SystemExit(f"evaluate: {type(exc).__name__}: {exc}") from exc
     _print_metrics(evaluate(cfg))
     return 0
 

@@ -66,10 +66,10 @@ def test_jsonl_forms_and_errors(tmp_path, tokenizer):
     trained = tokenizer.decode([i for i, m in zip(msgs.ids, msgs.mask, strict=True) if m])
     assert "hello" in trained and "ok" in trained and "hi" not in trained and "bye" not in trained
     path.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"turns": []}) + "\n")
-    with pytest.raises(ValueError, match=r"episodes.jsonl:2: expected 'messages' or 'prompt'"):
+    with pytest.raises(ValueError, match=r"episodes.jsonl:2: field 'prompt' must be a string"):
         jsonl_examples(path, tokenizer)
     path.write_text('{"prompt": "x", "turns": [{"role": "tool", "text": "y"}]}\n')
-    with pytest.raises(ValueError, match=r":1: turns\[0\]"):
+    with pytest.raises(ValueError, match=r":1: field turns\[0\] must be"):
         jsonl_examples(path, tokenizer)
 
 

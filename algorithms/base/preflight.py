@@ -1,0 +1,107 @@
+"""Cheap checks of a run's inputs, done before anything expensive (model load, engine start).
+
+A typo in a model path or a missing data file should cost a second, not the minutes of loading a
+7B model or starting vLLM first. Each entry point (`train`, `sft`, `evaluate`, `compare`) checks,
+in this order: the config (types, unknown keys: `build_config`), the files it names (model
+directory, data files, the env's task data through `gymnasium.make` without a tokenizer), then the
+output directory; only then does it load anything.
+
+    >>> check_model("tiny")
+    >>> check_model("Qwen/Qwen2.5-7B-Instruct")  # a hub id: fetched (or found cached) at load time
+    >>> check_model("./checkpoints/missing")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: config field 'model': ./checkpoints/missing does not exist (expected a checkpoint directory with config.json, a hub id like Qwen/Qwen2.5-7B-Instruct, or "tiny")
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+# what bad configuration and data raise: an entry point reports them without a traceback, since
+# the message already names the key, file and line (DataError is a ValueError; ImportError: an
+# engine that is not installed)
+USER_ERRORS = (ValueError, OSError, ImportError)
+# org/name, as the hub spells repository ids; anything else that does not exist is a bad path
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_model(model: str, key: str = "model") -> None:
+    """`model` is "tiny", a checkpoint directory with config.json, or something shaped like a hub id."""
+    if model == "tiny":
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"config field {key!r}: {model} has no config.json, so it is not a Hugging Face "
+                "checkpoint directory (a training run's model is in <output_dir>/final_model)"
+            )
+        return
+    if _HUB_ID.match(model) and not model.startswith((".", "~")):
+        return
+    raise FileNotFoundError(
+        f"config field {key!r}: {model} does not exist (expected a checkpoint directory with "
+        'config.json, a hub id like Qwen/Qwen2.5-7B-Instruct, or "tiny")'
+    )
+
+
+def check_env(env_id: str, env_kwargs: dict[str, Any], key: str = "env") -> Any:
+    """Make the env without a tokenizer (its task data is read and checked here); return it, unwrapped.
+
+    Data errors propagate as raised: they already name the file, line and field. Heavy env
+    resources (a BM25 index over the search corpus) are shared within the process, so building
+    them here is not paid again when the learner makes its envs.
+    """
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401  (registers the ids)
+
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else "; `agent-envs list` shows them"
+        raise ValueError(f"config field {key!r}: {env_id!r} is not a registered env id{hint}")
+    try:
+        env = gym.make(env_id, **env_kwargs).unwrapped
+    except TypeError as exc:  # an unknown keyword of the env's constructor
+        raise ValueError(f"config field '{key}_kwargs' of {env_id}: {exc}") from None
+    return env
+
+
+def check_output_dir(output_dir: str, key: str = "output_dir") -> None:
+    """Create the run directory now, so a read-only or mistyped location fails before the load."""
+    path = Path(output_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(f"config field {key!r}: cannot create {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise PermissionError(f"config field {key!r}: {path} is not writable")
+
+
+def check_engine(engine: str, key: str = "engine") -> None:
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ImportError(f"config field {key!r}: vllm is not installed; pip install 'agent-envs[vllm]', or use hf")
+
+
+def preflight_learner(cfg: Any) -> int:
+    """Every cheap check of an RL config (`LearnerConfig` or a subclass); returns the env's task count."""
+    check_model(cfg.model)
+    check_engine(cfg.engine)
+    tasks = len(check_env(cfg.env, cfg.env_kwargs).tasks)
+    held_out = cfg.eval_episodes if cfg.eval_every else 0
+    if tasks <= held_out:
+        raise ValueError(
+            f"config field 'eval_episodes': env {cfg.env} has {tasks} tasks, too few to hold out "
+            f"{held_out} for validation and train on the rest; lower eval_episodes"
+        )
+    check_output_dir(cfg.output_dir)
+    return tasks
+
+
+__all__ = ["USER_ERRORS", "check_engine", "check_env", "check_model", "check_output_dir", "preflight_learner"]
