@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # aiohttp's default listen backlog is 128: a burst of rollout workers connecting at once then
 # overflows the accept queue, and the kernel drops their SYNs, which clients resend only after
-# 1 s, then 3 s (measured in docs/reliability-tools.md).
+# 1 s, then 3 s (measured in docs/reliability.md).
 DEFAULT_BACKLOG = 4096
 
 
@@ -224,7 +224,7 @@ def raise_open_file_limit() -> int:
 
     Every client connection is a file descriptor. At the common soft limit of 1024, a burst of
     1,500 connections left the server unable to answer any of them (all 1,500 timed out after
-    60 s; docs/reliability-tools.md); the hard limit is usually far higher.
+    60 s; docs/reliability.md); the hard limit is usually far higher.
     """
     try:
         import resource

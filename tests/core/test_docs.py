@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-PAGES = ["adding-a-benchmark.md", "envs.md", "reliability-tools.md"]
+PAGES = ["adding-a-benchmark.md", "envs.md", "reliability.md"]
 
 
 def blocks(page: str) -> list[tuple[int, str]]:

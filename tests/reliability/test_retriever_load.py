@@ -7,7 +7,7 @@ not HTTP 200, or returns passages other than the in-process index returns for th
 question. `make test` runs 200 clients x 2 requests; `make stress` 200 x 25 and bursts of 1,000
 clients (aiohttp sessions, and plain sockets all connecting within ~0.1 s). The p99 bounds are
 loose on purpose: this machine's load decides latency; the failure count must be 0 regardless.
-Figures and the commands that made them: docs/reliability-tools.md.
+Figures and the commands that made them: docs/reliability.md.
 """
 
 from __future__ import annotations
