@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
