@@ -162,9 +162,11 @@ class Row:
 
 def plan(size: str, *, gpus: int = 8, gpu: str = "h100", seq_len: int = 8192, micro_batch: int = 1,
          prompts: int = 128, group: int = 8, epochs: int = 1, precision: str = "fp32",
-         tp: int = 1, a: Assumptions = Assumptions()) -> Row:  # noqa: B008 (frozen dataclass)
+         tp: int = 1, server_gpus: int = 0, a: Assumptions = Assumptions()) -> Row:  # noqa: B008
     """One row of the table: `gpus` learner ranks sharding with FSDP/ZeRO-3, each with a colocated
-    vLLM engine over `tp` of them (tp=1: one engine per rank, as `engine: vllm` runs today).
+    vLLM engine over `tp` of them (tp=1: one engine per rank, as `engine: vllm` runs today), or,
+    with `server_gpus`, vLLM servers of `tp` GPUs each on that many GPUs of their own (taking
+    90 % of each, as configs/launch/server_*.sh start them).
 
     What the learner and the engine's weights leave of the GPU is the KV cache; it bounds how
     many sequences decode at once (vLLM queues the rest), which sets the rollout time."""
@@ -174,10 +176,10 @@ def plan(size: str, *, gpus: int = 8, gpu: str = "h100", seq_len: int = 8192, mi
     gathered = 2 * m.layer_params() * 2 / GB  # FSDP/ZeRO-3 all-gather one layer ahead (bf16)
     act = activation_gb(m, micro_batch * seq_len)
     learner = state + gathered + act + a.overhead_gb
-    engines = gpus // tp
+    engines = (server_gpus or gpus) // tp
     seqs = prompts * group
     vw, _ = vllm_gb(m, tp, 0, seq_len, a.mean_fill)
-    room = max(0.0, g.memory_gb - learner - vw)
+    room = max(0.0, (0.9 * g.memory_gb if server_gpus else g.memory_gb - learner) - vw)
     per_seq_gb = seq_len * a.mean_fill * m.kv_bytes_per_token() / GB / tp
     fit = int(room / per_seq_gb)
     live = min(a.concurrency, math.ceil(seqs / engines), fit)
@@ -192,15 +194,33 @@ def plan(size: str, *, gpus: int = 8, gpu: str = "h100", seq_len: int = 8192, mi
 
 def table(**kw) -> str:
     head = (f"{'model':>5} {'params':>7} {'bf16 w':>7} {'state':>6} {'state/GPU':>9} {'act/GPU':>8} "
-            f"{'learner':>8} {'vLLM w':>7} {'KV room':>8} {'seqs':>5} {'rollout':>8} {'update':>7}")
+            f"{'learner':>8} {'vLLM w':>7} {'KV room':>8} {'seqs':>5} {'fits':>5} {'rollout':>8} {'update':>7}")
     lines = [head, "-" * len(head)]
+    memory = GPUS[kw.get("gpu", "h100")].memory_gb
     for size in QWEN25:
         r = plan(size, **kw)
+        # "tight": fewer than 16 sequences decode at once, so the rollout crawls
+        fits = "no" if r.learner_peak_gb > memory or r.sequences == 0 else "tight" if r.sequences < 16 else "yes"
+        rollout = f"{r.rollout_s:7.0f}s" if math.isfinite(r.rollout_s) else f"{'-':>8}"
         lines.append(
             f"{size:>5} {r.params_b:6.2f}B {r.weights_gb:6.1f}G {r.state_gb:5.0f}G {r.state_per_gpu_gb:8.1f}G "
             f"{r.act_gb:7.1f}G {r.learner_peak_gb:7.1f}G {r.vllm_weights_gb:6.1f}G {r.kv_room_gb:7.1f}G "
-            f"{r.sequences:5d} {r.rollout_s:7.0f}s {r.train_s:6.0f}s"
+            f"{r.sequences:5d} {fits:>5} {rollout} {r.train_s:6.0f}s"
         )
+    return "\n".join(lines)
+
+
+def state_table() -> str:
+    """Weights, grads and Adam moments per model size and precision, whole and sharded over 8 and 16."""
+    head = f"{'model':>5} {'precision':>9} {'weights':>8} {'grads':>7} {'Adam m,v':>9} {'total':>7} {'/8 GPUs':>8} {'/16 GPUs':>9}"
+    lines = [head, "-" * len(head)]
+    for size, m in QWEN25.items():
+        n = m.params()
+        for precision in TRAIN_STATE_BYTES:
+            w = weights_gb(n, precision)
+            total = train_state_gb(n, precision)
+            lines.append(f"{size:>5} {precision:>9} {w:7.1f}G {w:6.1f}G {adam_gb(n):8.1f}G {total:6.1f}G "
+                         f"{total / 8:7.1f}G {total / 16:8.1f}G")
     return "\n".join(lines)
 
 
@@ -215,16 +235,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=1, help="ppo_epochs")
     p.add_argument("--precision", choices=sorted(TRAIN_STATE_BYTES), default="fp32")
     p.add_argument("--tp", type=int, default=1, help="vLLM tensor-parallel size per engine")
+    p.add_argument("--server-gpus", type=int, default=0,
+                   help="GPUs of vLLM servers of their own (server mode); 0: colocated engines")
     p.add_argument("--mfu", type=float, default=Assumptions.mfu)
     p.add_argument("--decode-efficiency", type=float, default=Assumptions.decode_efficiency)
+    p.add_argument("--state", action="store_true", help="print the training-state table by precision and stop")
     args = p.parse_args(argv)
+    if args.state:
+        print(state_table())
+        return 0
     a = Assumptions(mfu=args.mfu, decode_efficiency=args.decode_efficiency)
     print(f"{args.gpus} x {args.gpu}, seq_len {args.seq_len}, micro-batch {args.micro_batch}, "
           f"{args.prompts} prompts x {args.group}, {args.epochs} epoch(s), {args.precision} master weights, "
-          f"vLLM TP {args.tp}; MFU {a.mfu}, decode at {a.decode_efficiency} of HBM bandwidth")
+          f"vLLM TP {args.tp} {f'on {args.server_gpus} server GPUs' if args.server_gpus else 'colocated'}; "
+          f"MFU {a.mfu}, decode at {a.decode_efficiency} of HBM bandwidth")
     print(table(gpus=args.gpus, gpu=args.gpu, seq_len=args.seq_len, micro_batch=args.micro_batch,
                 prompts=args.prompts, group=args.group, epochs=args.epochs, precision=args.precision,
-                tp=args.tp, a=a))
+                tp=args.tp, server_gpus=args.server_gpus, a=a))
     return 0
 
 

@@ -3,7 +3,8 @@
 # (FSDP) on GPUs 0-3. Every learner rank sends its rollouts to the one server; after each
 # optimizer step the learner gathers the full weights and the server reloads them from SYNC_DIR
 # (docs/scaling.md, "Server-mode rollouts"). For policies whose vLLM copy would not fit beside
-# the learner's shard on each GPU.
+# the learner's shard on each GPU. 14B on 4 learner GPUs is tight on H100 (77 of 80 GB by
+# `python -m algorithms.core.capacity --gpus 4 --server-gpus 4 --tp 4`); roomy on H200.
 #   bash configs/launch/server_1x8.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
