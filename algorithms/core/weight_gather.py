@@ -26,14 +26,17 @@ import torch
 import torch.distributed as dist
 
 
-def every_rank_weights(state: Mapping[str, torch.Tensor], device: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def every_rank_weights(
+    state: Mapping[str, torch.Tensor] | None, device: Any
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) pairs of the full weights on every rank.
 
     Args:
-        state: what `accelerator.get_state_dict(model)` returned on this rank (empty on ranks
-            other than 0 under FSDP or ZeRO-3).
+        state: what `accelerator.get_state_dict(model)` returned on this rank (empty, or None
+            in some DeepSpeed versions, on ranks other than 0 under FSDP or ZeRO-3).
         device: where received tensors go; the accelerator's device (NCCL sends CUDA tensors).
     """
+    state = state or {}
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         yield from state.items()
         return

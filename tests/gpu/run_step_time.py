@@ -79,19 +79,27 @@ def summarize(mode: str, rows: list[dict], peak_gb: float, args) -> dict:
             "mean_total_length": mean("total_length_mean"), "trajectories": n}
 
 
-def predicted(m: dict, gpu: str) -> str:
-    from algorithms.core.capacity import GPUS, QWEN25, Assumptions, train_flops
+def predicted(m: dict, args) -> str:
+    """The capacity model's update time, decode rate and learner memory for the measured shape."""
+    import dataclasses
+
+    from algorithms.core.capacity import GPUS, QWEN25, Assumptions, decode_tokens_per_s, plan, train_flops
 
     size = next((s for s in QWEN25 if f"-{s}" in m["model"]), None)
     if size is None:
         return "  (no capacity row for this model name)"
-    shape, g = QWEN25[size], GPUS[gpu]
-    tokens = m["trajectories"] * m["mean_total_length"]
-    flops = train_flops(shape, tokens, int(m["mean_total_length"]))
+    shape, g, a = QWEN25[size], GPUS[args.gpu], Assumptions()
+    length = int(m["mean_total_length"])
+    flops = train_flops(shape, m["trajectories"] * length, length)
     mfu = flops / (m["update_s"] * m["gpus"] * g.bf16_tflops * 1e12)
-    model_s = flops / (m["gpus"] * g.bf16_tflops * 1e12 * Assumptions.mfu)
-    return (f"  capacity model: update {model_s:.1f}s at MFU {Assumptions.mfu}; measured update "
-            f"{m['update_s']:.1f}s = MFU {mfu:.3f}")
+    model_s = flops / (m["gpus"] * g.bf16_tflops * 1e12 * a.mfu)
+    live = max(1, min(a.concurrency, int(m["trajectories"]) // m["gpus"]))
+    rate = m["gpus"] * decode_tokens_per_s(shape, g, 1, dataclasses.replace(a, concurrency=live), 2 * length)
+    learner = plan(size, gpus=m["gpus"], gpu=args.gpu, seq_len=4096, micro_batch=4).learner_peak_gb
+    return (f"  capacity model: update {model_s:.1f}s at MFU {a.mfu} (measured {m['update_s']:.1f}s = MFU "
+            f"{mfu:.3f}); decode {rate:.0f} tok/s (measured {m['generated_tok_s']:.0f}, tool time "
+            f"included); learner peak {learner:.1f} GB + the engine's share (measured peak "
+            f"{m['peak_gpu_gb']:.1f} GB)")
 
 
 def main() -> int:
@@ -145,7 +153,7 @@ def main() -> int:
         m = summarize(mode, rows, watch.peak_gb, args)
         results.append(m)
         print(json.dumps(m))
-        print(predicted(m, args.gpu))
+        print(predicted(m, args))
     return 0
 
 
