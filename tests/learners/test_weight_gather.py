@@ -55,3 +55,32 @@ def test_every_rank_gets_the_full_weights(mode, tmp_path):
         assert set(got) == set(expected)
         for name, tensor in expected.items():
             assert torch.equal(got[name], tensor), name
+
+
+@pytest.mark.stress
+def test_two_colocated_ranks_sample_from_the_synced_weights(sft_run, tmp_path):
+    # Two DDP ranks, each with its own in-process vLLM engine. After step 1 both engines must
+    # hold the updated weights: at step 2 the learner recomputes the log-probs of what each
+    # engine sampled, and the rollout importance ratio pi_learner / pi_engine stays at 1 on
+    # every rank's tokens only if every engine was synced (extremes are gathered over ranks).
+    import json
+
+    from learner_support import SFT_ENV_OVERRIDE
+
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
+    out = tmp_path / "run"
+    cmd = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", "29542",
+           "-m", "agent_envs.cli", "train", "--algo", "grpo", "--config", "configs/grpo_tiny.yaml",
+           f"model={sft_run['model']}", f"output_dir={out}", "total_steps=2", "prompts_per_step=4",
+           "group_size=4", "max_response_tokens=64", "micro_batch_size=4", "mini_batch_prompts=4",
+           "lr=1e-3", "progress=false", "tensorboard=false", "save_every=0", "eval_every=0",
+           SFT_ENV_OVERRIDE, "engine=vllm",
+           'engine_kwargs={"enforce_eager": true, "kv_cache_gb": 1, "max_model_len": 1024}']  # fmt: skip
+    env = {**cli_env(), "ACCELERATE_USE_CPU": "1"}
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    print("\n" + "\n".join(f"step {r['step']}: grad_norm {r['grad_norm']:.3g} is_ratio "
+                           f"[{r['is_ratio/min']:.4f}, {r['is_ratio/max']:.4f}]" for r in rows))
+    assert rows[0]["grad_norm"] > 0  # step 1 changed the weights, so a stale engine would show
+    assert rows[1]["is_ratio/min"] > 0.98 and rows[1]["is_ratio/max"] < 1.02
