@@ -63,6 +63,8 @@ def test_two_colocated_ranks_sample_from_the_synced_weights(sft_run, tmp_path):
     # hold the updated weights: at step 2 the learner recomputes the log-probs of what each
     # engine sampled, and the rollout importance ratio pi_learner / pi_engine stays at 1 on
     # every rank's tokens only if every engine was synced (extremes are gathered over ranks).
+    # Measured: [1.0000, 1.0000] at both steps; with rank 1's engine left unsynced (it joined the
+    # broadcasts but loaded nothing) step 2 showed [0.0026, 77].
     import json
 
     from learner_support import SFT_ENV_OVERRIDE
