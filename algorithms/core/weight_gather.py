@@ -4,8 +4,8 @@ A colocated engine (`engine: vllm`) lives in every learner rank, so every rank n
 weights after each optimizer step. `accelerator.get_state_dict` gathers them from FSDP or ZeRO-3
 shards, but hands the result to rank 0 only: FSDP2's full state dict with CPU offload and
 DeepSpeed's consolidated 16-bit state dict are empty on the other ranks. `every_rank_weights`
-streams rank 0's copy to the others one tensor at a time, so no rank holds a second full copy
-beside the one its engine loads: peak extra memory is the largest tensor, not the model.
+streams rank 0's copy (in CPU memory) to the others one tensor at a time, so the other ranks
+never hold a full copy beside their engine's: their extra memory is the largest tensor.
 Unsharded learners (one process, DDP) already hold the full weights on every rank; they pass
 through with no communication beyond one integer.
 
