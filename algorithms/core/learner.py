@@ -767,7 +767,15 @@ class Learner:
             del state
             self.accelerator.wait_for_everyone()
             return
-        self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
+        # Colocated engines, one per rank: every rank joins the gather of the full weights, which
+        # FSDP and ZeRO-3 leave on rank 0 only; rank 0 streams them to the others tensor by tensor
+        # while each rank's engine loads them. Then all release them.
+        from algorithms.core.weight_gather import every_rank_weights
+
+        state = self.accelerator.get_state_dict(self.model)
+        self.engine.sync_weights(every_rank_weights(state, self.accelerator.device))
+        del state
+        self.accelerator.wait_for_everyone()
 
     def evaluate(self) -> dict[str, float]:
         """Greedy episodes on the held-out tasks, split over ranks; `eval/*` means over all of them."""

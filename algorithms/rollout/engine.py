@@ -114,7 +114,8 @@ class RolloutEngine(Protocol):
     ) -> list[Segment]: ...
 
     def sync_weights(self, model: Any) -> None:
-        """Load the learner's current weights (a torch module) into the engine."""
+        """Load the learner's current weights into the engine: a torch module, or, from a sharded
+        learner, a full state dict or a stream of (name, tensor) pairs (`VLLMEngine` takes all three)."""
         ...
 
 

@@ -2,7 +2,7 @@
 
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set before vLLM is
 imported, unless the caller set it), so `sync_weights` can hand the learner's tensors straight to
-the model runner: `collective_rpc("reload_weights", ...)` with the full `state_dict()` (a tied
+the model runner: `collective_rpc("reload_weights", ...)` with the full state dict (a tied
 `lm_head.weight` and every part of fused q/k/v and gate/up layers go together), then
 `reset_prefix_cache()` so no KV computed under the old weights is reused. Prompts go in as token
 ids, one `SamplingParams` per request, and log-probs are `processed_logprobs` (from the
@@ -227,9 +227,18 @@ class VLLMEngine:
     # -- learner side -----------------------------------------------------------------------
 
     def sync_weights(self, model: Any) -> None:
-        """Push a torch model's weights into the live engine and drop the prefix cache."""
-        state = getattr(model, "module", model).state_dict()  # unwrap DDP
-        weights = [(name, tensor.detach()) for name, tensor in state.items()]
+        """Push the learner's weights into the live engine and drop the prefix cache.
+
+        `model` is a torch module, a full state dict (what `accelerator.get_state_dict` gathers
+        from FSDP or ZeRO-3 shards), or an iterator of (name, tensor) pairs, which is consumed
+        once, tensor by tensor (`algorithms.core.weight_gather.every_rank_weights`)."""
+        if isinstance(model, Mapping):
+            pairs = model.items()
+        elif hasattr(model, "state_dict"):
+            pairs = getattr(model, "module", model).state_dict().items()  # unwrap DDP
+        else:
+            pairs = model
+        weights = ((name, tensor.detach()) for name, tensor in pairs)
         with self._lock:
             self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}

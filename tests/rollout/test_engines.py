@@ -144,7 +144,8 @@ def test_vllm_and_hf_agree_greedily_and_after_weight_sync(hf_engine, vllm_engine
         for p in learner.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.05)
     try:
-        vllm_engine.sync_weights(learner)
+        # a full state dict, as the learner gathers it from FSDP or ZeRO-3 shards
+        vllm_engine.sync_weights(learner.state_dict())
         hf_engine.sync_weights(learner)
         hf1, vl1 = _greedy(hf_engine, prompts), _greedy(vllm_engine, prompts)
         assert [s.token_ids for s in hf1] != [s.token_ids for s in hf0], (
@@ -154,7 +155,8 @@ def test_vllm_and_hf_agree_greedily_and_after_weight_sync(hf_engine, vllm_engine
         assert vllm_engine.stats()["weight_version"] >= 1
     finally:
         learner.load_state_dict(original)
-        vllm_engine.sync_weights(learner)
+        # a stream of (name, tensor) pairs, as colocated ranks receive them from rank 0
+        vllm_engine.sync_weights(iter(learner.state_dict().items()))
         hf_engine.sync_weights(learner)
     assert [s.token_ids for s in _greedy(vllm_engine, prompts)] == [s.token_ids for s in hf0]
 
