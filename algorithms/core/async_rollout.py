@@ -1,7 +1,7 @@
 """Asynchronous off-policy training: the rollouts of step k+1 are generated while step k updates.
 
 Off by default (`max_staleness: 0` is the synchronous loop). With `max_staleness: S > 0`
-(docs/async-training.md):
+(docs/scaling.md):
 
 * the policy version is the learner's step count: the weights trained on for step k are version
   k, and the update of step k makes version k+1;

@@ -68,7 +68,7 @@ class Learner:
     name = "grpo"
     config_class: type[LearnerConfig] = LearnerConfig
     # tree rollouts (forks share their parent's tokens) must come from one policy version each:
-    # asynchronous weight syncs then wait for the batch in flight (docs/async-training.md)
+    # asynchronous weight syncs then wait for the batch in flight (docs/scaling.md)
     one_version_per_group = False
 
     def __init__(

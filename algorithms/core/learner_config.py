@@ -97,7 +97,7 @@ class LearnerConfig:
     health_logprob_tol: float = option(
         1.0, "the logprob check fails when |engine - trainer| on a trained token exceeds this (nats)"
     )
-    # asynchronous training (docs/async-training.md)
+    # asynchronous training (docs/scaling.md)
     max_staleness: int = option(
         0, "policy versions a trained token may lag the trained weights; > 0 generates the next "
         "step's rollouts while this step updates (0: synchronous)"

@@ -11,7 +11,7 @@ the length of `response_ids`; the mask is 1 exactly on tokens the policy sampled
 tokens the env inserted (tool results, messages); log-probs are 0.0 where the mask is 0.
 Tree rollouts record where a trajectory came from in `parent_id`, `branch_offset` and the open
 `lineage` dict (root id, depth, whatever a strategy needs). Asynchronous training tags each
-generated segment with the `policy_version` that produced it (docs/async-training.md).
+generated segment with the `policy_version` that produced it (docs/scaling.md).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Each mode trains `--steps` GRPO steps of configs/grpo_tiny_qa.yaml's env on the 
 - colocated: `engine: vllm`, one in-process engine per learner rank;
 - server: `agent-envs serve-rollout` on the same GPUs (memory split by --server-mem) and
   `engine: vllm-server`;
-- async: the colocated run plus the overrides in --async-overrides (docs/async-training.md names
+- async: the colocated run plus the overrides in --async-overrides (docs/scaling.md names
   the keys); skipped when none are given.
 It prints one line per mode (step, rollout and update seconds, generated and total tokens/s, peak
 GPU memory from nvidia-smi) and the model's prediction for the same shape
@@ -125,7 +125,7 @@ def main() -> int:
         extra = colocated
         if mode == "async":
             if not args.async_overrides:
-                print("async: skipped (give --async-overrides, see docs/async-training.md)")
+                print("async: skipped (give --async-overrides, see docs/scaling.md)")
                 continue
             extra = colocated + shlex.split(args.async_overrides)
         elif mode == "server":
