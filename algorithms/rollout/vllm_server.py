@@ -66,6 +66,12 @@ class VLLMServerEngine(OpenAIEngine):
         self.sync_dir = Path(sync_dir) if sync_dir else Path(tempfile.mkdtemp(prefix="agent-envs-weights-", dir=base))
         self.weight_version = 0
 
+    async def agenerate(self, prompts: Any, params: Any) -> list[Any]:
+        try:
+            return await super().agenerate(prompts, params)
+        except RuntimeError as e:  # retries spent: the server is gone or broken
+            raise RuntimeError(self._gone(e)) from e
+
     def sync_weights(self, model: Any, config: Any = None) -> None:
         """Write the weights to `sync_dir` and have the server load them in place.
 
@@ -99,6 +105,10 @@ class VLLMServerEngine(OpenAIEngine):
         self.weight_version += 1
         self._call_server("POST", "/update_weight_version", {"new_version": str(self.weight_version)})
 
+    def _gone(self, why: object) -> str:
+        return (f"the rollout server {self.server_root} stopped answering ({why}). Is it running? Start it "
+                "again (`agent-envs serve-rollout ...`) and continue the run with `agent-envs train ... --resume`")
+
     def server_weight_version(self) -> str:
         """The version the server reports (`default` before the first sync)."""
         return self._call_server("GET", "/weight_info", None)["weight_version"]
@@ -115,7 +125,7 @@ class VLLMServerEngine(OpenAIEngine):
                     if e.code == 404 else "")
             raise RuntimeError(f"{method} {url} failed: HTTP {e.code} {e.read()[:300]!r}{hint}") from None
         except OSError as e:
-            raise RuntimeError(f"{method} {url} failed: {e}; is the rollout server running?") from None
+            raise RuntimeError(self._gone(f"{method} {url} failed: {e}")) from None
         return json.loads(text) if text.strip() else None
 
 

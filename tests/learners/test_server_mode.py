@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_server_greedy_tokens_match_colocated_and_weights_follow_the_learner(ser
 
 def test_a_server_without_the_weight_endpoints_is_a_clear_error():
     remote = VLLMServerEngine("http://127.0.0.1:9/v1", tokenizer=object())
-    with pytest.raises(RuntimeError, match="is the rollout server running"):
+    with pytest.raises(RuntimeError, match="stopped answering .* Is it running"):
         remote.server_weight_version()
     with pytest.raises(ValueError, match="needs the policy's tokenizer"):
         VLLMServerEngine("http://127.0.0.1:9/v1")
@@ -113,3 +114,37 @@ def test_two_ranks_train_against_the_server_like_a_colocated_engine(server, sft_
     for key in ("reward_mean", "reward_std", "pg_loss", "entropy"):
         assert first_remote[key] == pytest.approx(first_local[key], rel=1e-3, abs=1e-5), key
     assert len(remote) == len(local) == 2
+
+
+@pytest.mark.stress
+def test_a_killed_server_stops_the_run_clearly_and_it_resumes_once_the_server_is_back(sft_run, tmp_path):
+    port, out = free_port(), tmp_path / "run"
+    serve = [sys.executable, "-m", "agent_envs.cli", "serve-rollout", sft_run["model"], "--port", str(port),
+             "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager"]
+    train = [sys.executable, "-m", "agent_envs.cli", "train", "--algo", "grpo", "--config", "configs/grpo_tiny.yaml",
+             f"model={sft_run['model']}", f"output_dir={out}", *ARGS, "save_every=1", "total_steps=4",
+             "engine=vllm-server",
+             f"engine_kwargs={json.dumps({'base_url': f'http://127.0.0.1:{port}/v1', 'max_retries': 1})}"]
+    metrics = out / "metrics.jsonl"
+    with running_server(serve, port, tmp_path / "server1.log", cli_env()):
+        run = subprocess.Popen(train, env=cli_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+        deadline = time.monotonic() + 600
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+            assert run.poll() is None, run.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "no step finished in 600 s"
+            time.sleep(0.5)
+    # the server is gone (SIGTERM, then SIGKILL) while the run goes on to its next step
+    output, _ = run.communicate(timeout=300)
+    assert run.returncode != 0
+    assert "stopped answering" in output and "--resume" in output, output[-3000:]
+    done = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    print(f"\nkilled after steps {done}; the run stopped with a clear error")
+    with running_server(serve, port, tmp_path / "server2.log", cli_env()):
+        resumed = subprocess.run([*train, "--resume"], env=cli_env(), cwd=REPO, capture_output=True, text=True,
+                                 timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps[-1] == 4 and set(steps) >= {1, 2, 3, 4}, steps
+    print(f"resumed from the last checkpoint: steps {steps}")
+
