@@ -1,6 +1,11 @@
-"""Synchronous vs asynchronous GRPO steps (max_staleness 1) on the tiny model, alternating.
+"""Colocated, server-mode and asynchronous GRPO steps on the tiny model, alternating.
 
-    OMP_NUM_THREADS=1 python tests/perf/bench_async.py [--model DIR] [--blocks 3] [--steps 4]
+    OMP_NUM_THREADS=1 python tests/perf/bench_async.py [--model DIR] [--blocks 3] [--steps 4] [--server]
+
+Modes: `sync` (colocated HF engine, today's loop), `async` (max_staleness 1) and, with
+`--server`, `server` (the policy served by `agent-envs serve-rollout` in another process, weights
+synced every step; the server is started once, before the first block, and its start-up is not
+counted).
 
 Each block is a fresh run of `--steps` RL steps (B = 4 prompts x G = 4, 64 response tokens,
 HF engine, TIS on in both so the update does the same work), A then B, `--blocks` times; torch
@@ -15,6 +20,7 @@ before and after: other processes on the machine shrink async's gain.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -31,8 +37,10 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from algorithms.models.tiny import build_tiny_model  # noqa: E402
 
-def run(model: str, steps: int, staleness: int) -> dict[str, float]:
+
+def run(model: str, steps: int, staleness: int, engine: dict | None = None) -> dict[str, float]:
     from algorithms.core.learner import Learner
     from algorithms.core.learner_config import LearnerConfig
 
@@ -40,7 +48,7 @@ def run(model: str, steps: int, staleness: int) -> dict[str, float]:
         model=model, env="AgentMath-v0", output_dir=tempfile.mkdtemp(), total_steps=steps,
         prompts_per_step=4, group_size=4, max_response_tokens=64, micro_batch_size=16, lr=1e-4,
         rollout_is="tis", max_staleness=staleness, threads=1, progress=False, tensorboard=False,
-        export_model=False, log_entropy=False,
+        export_model=False, log_entropy=False, **(engine or {}),
     )  # fmt: skip
     history = Learner(cfg).train()
     # time_step_s spans a whole step in both loops: rollout and update (sync), or waiting for the
@@ -67,12 +75,28 @@ def main() -> None:
     parser.add_argument("--model", default="tiny", help='checkpoint dir or "tiny" (untrained)')
     parser.add_argument("--blocks", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--server", action="store_true", help="also the server mode (starts vLLM)")
     args = parser.parse_args()
+    modes: list[tuple[str, int, dict | None]] = [("sync", 0, None), ("async", 1, None)]
+    with contextlib.ExitStack() as stack:
+        if args.server:
+            from tests.servers import free_port, running_server
+
+            model = str(build_tiny_model()) if args.model == "tiny" else args.model
+            port = free_port()
+            cmd = [sys.executable, "-m", "agent_envs.cli", "serve-rollout", model, "--port", str(port),
+                   "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager"]
+            url = stack.enter_context(running_server(cmd, port, Path(tempfile.mkdtemp()) / "server.log"))
+            modes.append(("server", 0, {"engine": "vllm-server", "engine_kwargs": {"base_url": f"{url}/v1"}}))
+        _alternate(args, modes)
+
+
+def _alternate(args: argparse.Namespace, modes: list[tuple[str, int, dict | None]]) -> None:
     print(f"load average before: {os.getloadavg()}", flush=True)
-    results: dict[str, list[dict[str, float]]] = {"sync": [], "async": []}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in modes}
     for block in range(args.blocks):
-        for name, staleness in (("sync", 0), ("async", 1)):
-            r = run(args.model, args.steps, staleness)
+        for name, staleness, engine in modes:
+            r = run(args.model, args.steps, staleness, engine)
             results[name].append(r)
             print(f"block {block} {name:5s} " + " ".join(f"{k}={v:.3f}" for k, v in r.items()), flush=True)
     summary = {
@@ -82,6 +106,9 @@ def main() -> None:
         print(f"{name:5s} median: " + " ".join(f"{k}={v:.3f}" for k, v in s.items()))
     speedup = summary["sync"]["step_s"] / summary["async"]["step_s"]
     print(f"async speed-up (sync step time / async step time): {speedup:.2f}x")
+    if "server" in summary:
+        ratio = summary["server"]["step_s"] / summary["sync"]["step_s"]
+        print(f"server mode step time / colocated step time: {ratio:.2f}x")
     print(f"load average after: {os.getloadavg()}")
 
 
