@@ -5,7 +5,8 @@
     >>> cfg = SFTConfig(model="tiny", env="AgentMath-v0", num_examples=8, steps=2, batch_size=4,
     ...                 eval_episodes=2, eval_max_response_tokens=16, output_dir=tempfile.mkdtemp(),
     ...                 progress=False, tensorboard=False)
-    >>> result = run_sft(cfg)
+    >>> result = run_sft(cfg)  # doctest: +ELLIPSIS
+    [sft] loading model ...
     >>> 0.0 <= result["eval"]["protocol_valid"] <= 1.0
     True
 

@@ -7,6 +7,7 @@
     ...                     group_size=2, max_response_tokens=16, output_dir=tempfile.mkdtemp(),
     ...                     progress=False, tensorboard=False, export_model=False)
     >>> [metrics] = Learner(cfg).train()  # doctest: +ELLIPSIS
+    [grpo] loading model ...
     [grpo] resolved config: ...
     >>> metrics["num_trajectories"]
     4.0
