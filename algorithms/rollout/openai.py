@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from agent_envs.remote.http import SessionPool
 from algorithms.rollout.engine import SamplingParams, Segment, per_request
 
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -83,7 +84,10 @@ class OpenAIEngine:
         self.max_retries = max_retries
         self.timeout_s = timeout_s
         self.vllm_extensions = vllm_extensions
-        self._sessions: dict[int, tuple[aiohttp.ClientSession, asyncio.Semaphore]] = {}
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        # one pooled session per event loop, closed when that loop shuts down; the connection
+        # limit is the concurrency limit
+        self._pool = SessionPool(limit=max_concurrency, headers=headers)
         self.requests = 0
         self.retries = 0
 
@@ -123,27 +127,12 @@ class OpenAIEngine:
         )
 
     async def aclose(self) -> None:
-        loop_id = id(asyncio.get_running_loop())
-        pair = self._sessions.pop(loop_id, None)
-        if pair is not None:
-            await pair[0].close()
+        await self._pool.aclose()
 
     def stats(self) -> dict[str, float]:
         return {"requests": float(self.requests), "retries": float(self.retries)}
 
     # -- one request ------------------------------------------------------------------------
-
-    def _session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
-        loop_id = id(asyncio.get_running_loop())
-        pair = self._sessions.get(loop_id)
-        if pair is None or pair[0].closed:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            session = aiohttp.ClientSession(
-                headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
-            )
-            pair = (session, asyncio.Semaphore(self.max_concurrency))
-            self._sessions[loop_id] = pair
-        return pair
 
     def _body(self, prompt: list[int], p: SamplingParams, as_ids: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -189,12 +178,13 @@ class OpenAIEngine:
         return [self._segment(c, p, as_ids) for c in choices]
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        session, sem = self._session()
+        session = await self._pool.get()
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         url = f"{self.base_url}/completions"
         delay = 0.5
         for attempt in range(self.max_retries + 1):
             try:
-                async with sem, session.post(url, json=body) as resp:
+                async with session.post(url, json=body, timeout=timeout) as resp:
                     self.requests += 1
                     if resp.status == 200:
                         return await resp.json()
