@@ -214,7 +214,7 @@ def _transient(exc: BaseException, describe: str, timeout_s: float | None) -> Tr
     """Name the cause of a network failure the way a person would want to read it."""
     prefix = f"{describe}: " if describe else ""
     if isinstance(exc, TimeoutError):
-        after = f" after {timeout_s:.3g} s" if timeout_s is not None else ""
+        after = f" after {timeout_s:.2g} s" if timeout_s is not None else ""
         return TransientError(f"{prefix}timeout{after}", kind="timeout")
     if isinstance(exc, aiohttp.ClientConnectorError):
         origin = f"{exc.host}:{exc.port}"

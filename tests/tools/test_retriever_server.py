@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -191,7 +192,8 @@ async def test_slow_server_and_refused_connection_become_search_errors() -> None
         res = await tools[1]("q")
         # the tool's 0.2 s budget cuts the 5 s attempt, and the text still says which server it was
         assert not res.ok and res.error == "timeout" and res.latency_s < 0.35
-        assert res.text.startswith(f"Search failed: POST {url}: timeout after 0.2 s (request "), res.text
+        # "after" is what was left of the 0.2 s once the call was queued: 0.2 s on an idle machine
+        assert re.match(rf"Search failed: POST {re.escape(url)}: timeout after 0\.(2|1\d*) s \(request ", res.text), res.text
         refused = await tools[2]("q")
         assert not refused.ok and refused.retries == 1 and refused.error == "refused"
         assert f"connection refused by 127.0.0.1:{port}" in refused.text, refused.text
