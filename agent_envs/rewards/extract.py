@@ -18,7 +18,9 @@ _BRACE = re.compile(r"[{}]")
 
 def too_long(pred: str, golden_answers: list[str]) -> bool:
     """Is `pred` past the length any grader reads (`MAX_PRED_CHARS`)? Such a prediction is wrong."""
-    return len(pred) > max(MAX_PRED_CHARS, 4 * max(map(len, golden_answers), default=0))
+    if len(pred) <= MAX_PRED_CHARS:  # every real answer: no pass over the golds
+        return False
+    return len(pred) > 4 * max(map(len, golden_answers), default=0)
 
 
 _BARE_BOXED = re.compile(r"\\boxed\s+([^\s$]+)")
