@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -321,6 +322,14 @@ def test_fallback_without_namespaces_warns_once(caplog):
         workdir = Path(res.text)
         assert workdir.name.startswith("agent-envs-sandbox-") and not workdir.exists()
         assert tool.run("while True: pass").error == "timeout"
+        # a worker killed outright (no teardown of its own) leaves no directory behind either
+        scratch = workdir.parent
+        assert scratch.name.startswith("agent-envs-sandbox-") and any(scratch.iterdir())  # prepared calls
+        pid = worker_pids(tool)[0]
+        os.kill(pid, signal.SIGKILL)
+        res = tool.run("print(3)")
+        assert res.error == "sandbox" and "killed by SIGKILL" in res.text and not scratch.exists(), res.text
+        assert tool.run("print(4)").text == "4"  # a fresh worker, with a scratch of its own
     finally:
         tool.close()
 

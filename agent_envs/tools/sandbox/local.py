@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -81,6 +82,7 @@ class _Worker:
             start_new_session=True,  # its own process group, killed as a whole
         )
         self.calls = 0
+        self.scratch: str | None = None  # the calls' directories when there is no mount namespace
         try:
             hello = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
         except WorkerError:
@@ -90,6 +92,7 @@ class _Worker:
             self.kill()
             raise WorkerError(hello.get("error", "worker failed to start"))
         self.isolation: dict[str, Any] = hello["isolation"]
+        self.scratch = hello.get("scratch")
 
     def _stderr_tail(self) -> str:
         with contextlib.suppress(Exception):
@@ -150,6 +153,8 @@ class _Worker:
             self.proc.kill()
         self.proc.wait()
         self._close_pipes()
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def close(self) -> None:
         """Ask politely (EOF on its channel), then kill."""

@@ -582,7 +582,7 @@ class Call:
     def __init__(self, req: dict, iso: Isolation, namespace: dict) -> None:
         self.limits = tuple(req[k] for k in LIMIT_FIELDS)
         self.iso = iso
-        self.workdir = "/tmp" if iso.mount else tempfile.mkdtemp(prefix="agent-envs-sandbox-")
+        self.workdir = "/tmp" if iso.mount else tempfile.mkdtemp(prefix="agent-envs-sandbox-", dir=_SCRATCH)
         if not iso.mount and iso.user == "root-drop":
             os.chown(self.workdir, req["uid"], req["gid"])
         code_r, self.code_w = os.pipe()
@@ -713,7 +713,13 @@ def send(fd: int, message: dict) -> None:
     _write_all(fd, struct.pack(">I", len(data)) + data)
 
 
+# Without a mount namespace each call works in its own directory under this one, which the
+# worker's host removes with the worker: a worker killed with a call prepared leaves nothing.
+_SCRATCH: str | None = None
+
+
 def serve(config: dict) -> None:
+    global _SCRATCH
     # The protocol owns fds 0/1; anything printed by imports goes to stderr instead.
     channel_in, channel_out = os.dup(0), os.dup(1)
     os.set_inheritable(channel_in, False)
@@ -734,7 +740,11 @@ def serve(config: dict) -> None:
     # Objects that exist now are never collected: children then do not touch (copy) their pages.
     gc.collect()
     gc.freeze()
-    send(channel_out, {"ready": True, "pid": os.getpid(), "isolation": iso.as_dict()})
+    hello = {"ready": True, "pid": os.getpid(), "isolation": iso.as_dict()}
+    if not iso.mount and iso.user != "container":  # a container's /tmp is emptied by reset_container
+        _SCRATCH = hello["scratch"] = tempfile.mkdtemp(prefix="agent-envs-sandbox-")
+        os.chmod(_SCRATCH, 0o711)  # a call's code may run as another uid: it may pass, not list
+    send(channel_out, hello)
     prepared: list[Call] = []  # oldest first: the likeliest to have finished its set-up
     ended: dict[int, Call] = {}  # by pidfd: killed, reaped while waiting for the next request
     last: dict | None = None  # the limits of the last request, which the next one likely shares
