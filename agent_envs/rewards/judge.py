@@ -38,6 +38,7 @@ from typing import Any
 
 import aiohttp
 
+from agent_envs.remote.http import SessionPool
 from agent_envs.rewards.extract import too_long
 from agent_envs.rewards.qa import normalize_answer
 
@@ -163,8 +164,12 @@ class LLMJudge:
     screen_predictions: bool = True
     _cache: dict[str, JudgeVerdict] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # one keep-alive session per event loop, shared by every request on it (a rollout grades
+    # thousands of answers: a session per request would open a connection per request)
+    _sessions: SessionPool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._sessions = SessionPool(limit=self.concurrency)
         self.base_url = self.base_url or os.environ.get("AGENT_ENVS_JUDGE_URL")
         self.model = self.model or os.environ.get("AGENT_ENVS_JUDGE_MODEL")
         self.api_key = (
@@ -218,13 +223,16 @@ class LLMJudge:
 
     # -- HTTP ---------------------------------------------------------------------------------
 
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=self.timeout_s)
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     async def _model_name(self, session: aiohttp.ClientSession) -> str:
         if self.model:
             return self.model
-        async with session.get(f"{self.base_url}/models", headers=self._headers()) as r:
+        async with session.get(f"{self.base_url}/models", headers=self._headers(), timeout=self._timeout()) as r:
             body = await r.json(content_type=None)
         try:
             self.model = body["data"][0]["id"]
@@ -244,7 +252,7 @@ class LLMJudge:
         for attempt in range(self.max_retries + 1):
             try:
                 async with session.post(
-                    f"{self.base_url}/chat/completions", json=payload, headers=self._headers()
+                    f"{self.base_url}/chat/completions", json=payload, headers=self._headers(), timeout=self._timeout()
                 ) as r:
                     text = await r.text()
                     if r.status == 200:
@@ -285,16 +293,11 @@ class LLMJudge:
             return JudgeVerdict(hit.correct, hit.raw, None, cached=True)
         if self.offline:
             return JudgeVerdict(None, "", "not in the recorded verdicts (offline judge)")
-        own = session is None
-        if own:
-            session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         try:
+            session = session or await self._sessions.get()
             raw = await self._complete(session, self.prompt(question, golds, prediction))
         except Exception as e:
             return JudgeVerdict(None, "", f"{type(e).__name__}: {e}")
-        finally:
-            if own:
-                await session.close()
         try:
             correct = parse_verdict(raw, self.judge_rule, prediction, golds)
         except ValueError as e:
@@ -306,13 +309,12 @@ class LLMJudge:
     async def ajudge_many(self, items: Sequence[tuple[str, Sequence[str], str]]) -> list[JudgeVerdict]:
         """Verdicts for (question, golds, prediction) triples, `concurrency` requests at a time."""
         sem = asyncio.Semaphore(self.concurrency)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as session:
 
-            async def one(item: tuple[str, Sequence[str], str]) -> JudgeVerdict:
-                async with sem:
-                    return await self.ajudge(*item, session=session)
+        async def one(item: tuple[str, Sequence[str], str]) -> JudgeVerdict:
+            async with sem:
+                return await self.ajudge(*item)
 
-            return list(await asyncio.gather(*(one(it) for it in items)))
+        return list(await asyncio.gather(*(one(it) for it in items)))
 
     def judge(self, question: str, golds: Sequence[str], prediction: str) -> JudgeVerdict:
         """Blocking `ajudge`; usable with or without a running event loop in this thread (with

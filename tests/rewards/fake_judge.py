@@ -22,6 +22,7 @@ class FakeJudgeServer:
         self.fail_first = fail_first
         self.model = model
         self.requests: list[dict] = []
+        self.peers: set[tuple] = set()  # client (host, port) pairs: one per connection the client opened
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -30,6 +31,7 @@ class FakeJudgeServer:
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        self.peers.add(request.transport.get_extra_info("peername"))
         if len(self.requests) <= self.fail_first:
             return web.Response(status=500, text="overloaded")
         content = self.reply(body["messages"][-1]["content"])

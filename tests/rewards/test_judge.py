@@ -113,6 +113,15 @@ async def test_many_verdicts_concurrently() -> None:
         # the sync API also works while this loop is running (it uses a helper thread)
         assert judge.judge(Q, GOLD, "Paris 1").cached
     assert [v.correct for v in verdicts] == [bool(i % 2) for i in range(12)]
+    assert len(srv.peers) <= 4  # at most `concurrency` connections, kept alive and reused
+
+
+async def test_requests_on_one_loop_share_one_kept_alive_connection() -> None:
+    with FakeJudgeServer(scripted) as srv:
+        judge = LLMJudge(base_url=srv.url, model="m")
+        verdicts = [await judge.ajudge(Q, GOLD, f"Paris {i}") for i in range(6)]
+        assert [v.correct for v in verdicts] == [True] * 6 and len(srv.requests) == 6
+        assert len(srv.peers) == 1, srv.peers
 
 
 def test_recipe_uses_the_judge_for_judge_tasks_and_says_when_it_falls_back(
