@@ -497,14 +497,10 @@ class ToolEnv(gym.Env[str, str]):
         st = st.evolve(done=True)
         self.state = st
         response, format_ok, format_error = graded or self._grading_inputs(st)
-        counts = dict(st.calls)
         if reward is None:
-            reward = self.reward_fn(st.task, response, format_ok, dict(counts))
+            reward = self.reward_fn(st.task, response, format_ok, dict(st.calls))
         score = reward.score
-        # one update in the order `_episode_info`, the components, then the verdict fields
-        info.update(n_calls=counts, tool_calls=sum(counts.values()), n_invalid_calls=st.invalid_calls,
-                    tool_errors=st.failed_calls, limit_hit=st.limit_hit, turns=st.turns,
-                    prompt_version=PROMPT_VERSION)  # fmt: skip
+        info.update(self._episode_info(st))
         info.update(reward.components)
         info.update(format_ok=format_ok, format_error=format_error, end_reason=why, truncated=truncated,
                     reward=score)  # fmt: skip

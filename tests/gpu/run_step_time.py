@@ -20,6 +20,7 @@ GPU memory from nvidia-smi) and the model's prediction for the same shape
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -28,10 +29,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.servers import free_port, running_server  # noqa: E402
 
 
 class MemoryPeak(threading.Thread):
@@ -121,35 +124,27 @@ def main() -> int:
                  f'"dtype": "bfloat16", "max_model_len": 4096}}']
     results = []
     for mode in args.modes:
-        server = None
         extra = colocated
         if mode == "async":
             if not args.async_overrides:
                 print("async: skipped (give --async-overrides, see docs/scaling.md)")
                 continue
             extra = colocated + shlex.split(args.async_overrides)
-        elif mode == "server":
-            port = 8123
-            server = subprocess.Popen([sys.executable, "-m", "agent_envs.cli", "serve-rollout", args.model,
-                                       "--port", str(port), "--vllm-args",
-                                       f"--gpu-memory-utilization {args.server_mem} --max-model-len 4096"],
-                                      cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-            for _ in range(120):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
-                    break
-                except OSError:
-                    time.sleep(5)
-            extra = ["engine=vllm-server", f'engine_kwargs={{"base_url": "http://127.0.0.1:{port}/v1"}}']
-        watch = MemoryPeak()
-        watch.start()
-        try:
-            rows = train(args, mode, Path(tempfile.mkdtemp(prefix=f"gpu_{mode}_")), extra)
-        finally:
-            watch.stop.set()
-            if server is not None:
-                server.terminate()
-                server.wait()
+        with contextlib.ExitStack() as stack:
+            if mode == "server":
+                port = free_port()
+                cmd = [sys.executable, "-m", "agent_envs.cli", "serve-rollout", args.model, "--port", str(port),
+                       "--vllm-args", f"--gpu-memory-utilization {args.server_mem} --max-model-len 4096"]
+                log = Path(tempfile.mkdtemp(prefix="gpu_server_")) / "server.log"
+                url = stack.enter_context(running_server(cmd, port, log, env={"PYTHONPATH": str(REPO)},
+                                                         ready_path="/v1/models", timeout_s=600))
+                extra = ["engine=vllm-server", f'engine_kwargs={{"base_url": "{url}/v1"}}']
+            watch = MemoryPeak()
+            watch.start()
+            try:
+                rows = train(args, mode, Path(tempfile.mkdtemp(prefix=f"gpu_{mode}_")), extra)
+            finally:
+                watch.stop.set()
         m = summarize(mode, rows, watch.peak_gb, args)
         results.append(m)
         print(json.dumps(m))

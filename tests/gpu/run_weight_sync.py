@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.servers import free_port, running_server  # noqa: E402
 
 
 def timed(fn, repeats: int) -> float:
@@ -60,25 +61,16 @@ def main() -> int:
     from algorithms.rollout.vllm_server import VLLMServerEngine
 
     for tp in args.tp:
-        port = 8124
-        server = subprocess.Popen([sys.executable, "-m", "agent_envs.cli", "serve-rollout", args.model,
-                                   "--port", str(port), "--vllm-args",
-                                   f"--tensor-parallel-size {tp} --gpu-memory-utilization {args.mem} "
-                                   "--max-model-len 2048"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-        try:
-            for _ in range(120):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
-                    break
-                except OSError:
-                    time.sleep(5)
-            remote = VLLMServerEngine(f"http://127.0.0.1:{port}/v1", tokenizer=args.model)
+        port = free_port()
+        cmd = [sys.executable, "-m", "agent_envs.cli", "serve-rollout", args.model, "--port", str(port),
+               "--vllm-args", f"--tensor-parallel-size {tp} --gpu-memory-utilization {args.mem} --max-model-len 2048"]
+        log = Path(tempfile.mkdtemp(prefix="gpu_server_")) / "server.log"
+        with running_server(cmd, port, log, env={"PYTHONPATH": str(REPO)}, ready_path="/v1/models",
+                            timeout_s=600) as url:
+            remote = VLLMServerEngine(f"{url}/v1", tokenizer=args.model)
             s = timed(lambda remote=remote: remote.sync_weights(state, config=model.config), args.repeats)
             print(json.dumps({"case": "server", "tp": tp, "weights_gb": gb, "sync_s": s, "gb_per_s": gb / s,
                               "assumed_s": gb * 1.0}))
-        finally:
-            server.terminate()
-            server.wait()
     return 0
 
 
