@@ -98,7 +98,7 @@ def before(teacher_sft, tmp_path_factory) -> np.ndarray:
 
 
 @pytest.mark.slow
-# the first test also builds the session's SFT model (700 steps, about 4 min on an idle core;
+# the first test also builds the session's SFT model (1,000 steps, about 4 min on 2 idle cores;
 # measured past 10 min on a loaded CI machine), and pytest-timeout counts fixture setup
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("cls, config_cls, preset", [

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from algorithms.base.config import build_config
+from algorithms.core import threads
 from algorithms.core.learner_config import LearnerConfig
-from algorithms.core.threads import apply_threads, available_cores, choose_threads
+from algorithms.core.threads import apply_threads, available_cores, busy_cores, choose_threads, current_load
 from algorithms.sft import SFTConfig
 
 
@@ -52,6 +55,35 @@ def test_bad_values_name_the_field(bad):
 def test_auto_reads_this_machine():
     n = choose_threads("auto")
     assert 1 <= n <= available_cores() <= (os.cpu_count() or 1)
+
+
+def test_a_lagging_load_average_is_checked_against_the_cores_busy_now(monkeypatch):
+    def must_not_sample(interval: float = 0.1) -> float:
+        raise AssertionError("an idle load average needs no second look")
+
+    monkeypatch.setattr(threads, "busy_cores", must_not_sample)
+    monkeypatch.setattr(threads, "load_average", lambda: 0.2)
+    assert current_load() == 0.2
+    # a job that just ended: the average still says 1.9, the cores are idle now
+    monkeypatch.setattr(threads, "load_average", lambda: 1.9)
+    monkeypatch.setattr(threads, "busy_cores", lambda interval=0.1: 0.1)
+    assert current_load() == 0.1 and choose_threads("auto", cores=2) == 2
+    # a busy machine stays busy; the average wins when it is the smaller
+    monkeypatch.setattr(threads, "busy_cores", lambda interval=0.1: 2.0)
+    assert current_load() == 1.9 and choose_threads("auto", cores=2) == 1
+    monkeypatch.setattr(threads, "busy_cores", lambda interval=0.1: None)  # no /proc/stat
+    assert current_load() == 1.9
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="busy_cores reads Linux's /proc/stat")
+def test_busy_cores_sees_a_spinning_process():
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 5\nwhile time.time() < end: pass"])
+    try:
+        busy = busy_cores(0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy is not None and 0.5 <= busy <= (os.cpu_count() or 1) + 0.01
 
 
 def test_apply_sets_torch_threads():
