@@ -458,6 +458,7 @@ def _set_limits(req: dict) -> None:
         resource.setrlimit(which, (value, value))
 
 
+LINGER_S = 1.0  # how long a call's child waits to be killed after reporting its status
 LIMIT_FIELDS = ("timeout_s", "memory_mb", "fsize_mb", "nproc", "nofile", "uid", "gid")
 STATUS = struct.Struct(">i")
 
@@ -545,6 +546,10 @@ def _child(req: dict, iso: Isolation, namespace: dict, workdir: str, fds: dict[s
         os.close(1)
         os.close(2)
         os.write(fds["status"], STATUS.pack(status & 0xFF))
+        # Then wait to be killed (the worker kills a call right after its reply): exiting now
+        # would tear down the namespaces while the worker wakes to read the status, and on a
+        # 2-core machine that delayed the reply by 0.27 ms, a third of a call. Bounded, in case.
+        select.select([], [], [], LINGER_S)
     finally:
         os._exit(status)  # never return into the worker's loop
 
@@ -778,7 +783,7 @@ def serve(config: dict) -> None:
         last = req
         if not prepared:
             with contextlib.suppress(OSError):  # a failure shows again, and is reported, on the next call
-                prepared.append(Call(req, iso, namespace))
+                _prepare(req, iso, namespace, prepared)
 
 
 def reset_container(scratch: tuple[str, ...] = ("/tmp", "/dev/shm")) -> None:
@@ -806,6 +811,23 @@ PREPARED_CHILDREN = 2
 STOCK_DELAY_S = 0.002
 
 
+def _prepare(req: dict, iso: Isolation, namespace: dict, prepared: list[Call]) -> None:
+    """Fork and isolate the next call's child, then pre-fault the worker's reply path.
+
+    After a fork every page of the worker is shared copy-on-write with the child, and the first
+    write to each costs a fault. Left to the next request, decoding it, collecting the output and
+    encoding the reply paid them: 0.05 ms of a 0.8 ms call, measured. Running the same steps on a
+    copy of the last request while idle pays them off the clock.
+    """
+    prepared.append(Call(req, iso, namespace))
+    json.loads(json.dumps(req).encode())
+    capture = Capture(req["max_capture_bytes"])
+    capture.feed(b"0\n")
+    stdout, dropped = capture.text()
+    json.dumps({"stdout": stdout, "stderr": "", "stdout_dropped": dropped, "exit_code": 0, "timed_out": False,
+                "elapsed_s": time.monotonic()}).encode()
+
+
 def _next_request(
     channel_in: int,
     ended: dict[int, Call],
@@ -824,7 +846,7 @@ def _next_request(
         events = poller.poll(STOCK_DELAY_S * 1000 if stock else None)
         if not events and stock:
             try:
-                prepared.append(Call(last, iso, namespace))
+                _prepare(last, iso, namespace, prepared)
             except OSError:
                 last = None  # the next call prepares its own child and reports the failure
         for fd, _ in events:
