@@ -32,11 +32,12 @@ from typing import Any, ClassVar
 # Tags of every Tool class defined so far, in definition order. Protocols use it to notice a call
 # of a tool the env did not enable (it is flagged, not run) and to check the format of responses.
 _KNOWN_TAGS: dict[str, None] = {}
+_known_tuple: tuple[str, ...] = ()  # the same, as the tuple every parse and format check reads
 
 
 def known_tool_tags() -> tuple[str, ...]:
     """The tags of all tool classes defined in this process (the built-in tools are always among them)."""
-    return tuple(_KNOWN_TAGS)
+    return _known_tuple
 
 
 @dataclass
@@ -80,7 +81,9 @@ class Tool(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
+            global _known_tuple
             _KNOWN_TAGS[cls.name] = None
+            _known_tuple = tuple(_KNOWN_TAGS)
 
     @abstractmethod
     async def call(self, arg: str) -> ToolResult: ...

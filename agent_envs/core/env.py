@@ -383,7 +383,9 @@ class ToolEnv(gym.Env[str, str]):
         if not action.isascii():
             action = action.encode("utf-8", "replace").decode("utf-8")
         parsed = self.protocol.parse(action, self._prompt_setup()[0])
-        st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags)
+        ends = parsed.kind in ("answer", "end")  # marked done in the same copy: one fewer per answer
+        st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags,
+                          done=ends)
         info: dict[str, Any] = {
             "parsed_action": parsed.text,
             "tool": parsed.tool,
@@ -393,7 +395,7 @@ class ToolEnv(gym.Env[str, str]):
         }
         if self._over_budget(st):
             return st, parsed, info, (True, "response_budget")
-        if parsed.kind in ("answer", "end"):
+        if ends:
             return st, parsed, info, (False, parsed.kind)
         return st, parsed, info, None
 
@@ -494,21 +496,23 @@ class ToolEnv(gym.Env[str, str]):
         self, st: EpisodeState, info: dict, truncated: bool, why: str,
         reward: RewardResult | None = None, graded: tuple[str, bool, str | None] | None = None,
     ) -> tuple[str, float, bool, bool, dict]:
-        st = st.evolve(done=True)
+        if not st.done:
+            st = st.evolve(done=True)
         self.state = st
         response, format_ok, format_error = graded or self._grading_inputs(st)
+        counts = dict(st.calls)
         if reward is None:
-            reward = self.reward_fn(st.task, response, format_ok, dict(st.calls))
+            reward = self.reward_fn(st.task, response, format_ok, counts)
         score = reward.score
-        info.update(self._episode_info(st))
+        info.update(self._episode_info(st, counts))
         info.update(reward.components)
         info.update(format_ok=format_ok, format_error=format_error, end_reason=why, truncated=truncated,
                     reward=score)  # fmt: skip
         return "", float(score), not truncated, truncated, info
 
     @staticmethod
-    def _episode_info(st: EpisodeState) -> dict[str, Any]:
-        counts = dict(st.calls)
+    def _episode_info(st: EpisodeState, counts: dict[str, int] | None = None) -> dict[str, Any]:
+        counts = dict(st.calls) if counts is None else counts
         return {
             "n_calls": counts,
             "tool_calls": sum(counts.values()),
