@@ -34,6 +34,9 @@ def last_boxed(text: str) -> str | None:
         m = _BARE_BOXED.findall(text)
         return m[-1] if m else None
     i = text.index("{", start) + 1
+    close = text.find("}", i)
+    if close >= 0 and text.find("{", i, close) < 0:  # no nested braces, as in most answers
+        return text[i:close]
     depth = 1
     for m in _BRACE.finditer(text, i):  # visits braces only: a megabyte of text between is one step
         depth += 1 if m.group() == "{" else -1

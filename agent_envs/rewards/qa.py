@@ -83,7 +83,9 @@ def candidates(pred: str, golden_answers: list[str]) -> list[str]:
     >>> candidates("Pride or Prejudice", ["Pride or Prejudice"])
     ['Pride or Prejudice']
     """
-    if _HEDGE.search(pred) is None or _gold_has_separator(tuple(golden_answers)):
+    # the regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or"
+    maybe = "|" in pred or ";" in pred or "or" in pred.lower()
+    if not maybe or _HEDGE.search(pred) is None or _gold_has_separator(tuple(golden_answers)):
         return [pred]
     parts = [p for p in _HEDGE.split(pred) if normalize_answer(p)]
     return parts if len({normalize_answer(p) for p in parts}) > 1 else [pred]

@@ -6,6 +6,8 @@ import pytest
 
 from agent_envs.core.protocols import arpo_format_check
 from agent_envs.rewards import normalize_answer, qa_reward, token_f1
+from agent_envs.rewards.extract import last_boxed
+from agent_envs.rewards.qa import candidates
 
 
 def wrap(pred: str) -> str:
@@ -31,6 +33,19 @@ def test_yes_no_must_match_exactly() -> None:
     assert token_f1("yes it is", "yes") == 0.0
     assert token_f1("no", "no") == 1.0
     assert qa_reward(wrap("yes"), ["no"]).score == 0.0
+
+
+def test_boxed_and_hedge_shortcuts_agree_with_the_full_scan() -> None:
+    # last_boxed takes the next "}" when no "{" comes first, else counts nesting
+    assert last_boxed("a \\boxed{x} b \\boxed{Paris}.") == "Paris"
+    assert last_boxed("\\boxed{\\frac{1}{2}} z") == "\\frac{1}{2}"
+    assert last_boxed("\\boxed{{}}") == "{}"
+    assert last_boxed("\\boxed{open") is None and last_boxed("\\boxed{a{b}") is None
+    # candidates skips the regex only when no separator can be there; any case of "or" counts
+    assert candidates("Ada Lovelace OR Charles Babbage", ["Ada Lovelace"]) == ["Ada Lovelace", "Charles Babbage"]
+    assert candidates("Ada; Charles", ["Ada"]) == ["Ada", "Charles"]
+    assert candidates("Oregon Trail", ["Oregon Trail"]) == ["Oregon Trail"]
+    assert candidates("Paris", ["Paris"]) == ["Paris"]
 
 
 def test_no_prediction_scores_zero() -> None:
