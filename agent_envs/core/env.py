@@ -33,9 +33,9 @@ from agent_envs.base.messages import MESSAGES
 from agent_envs.base.reward import RewardResult
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool, ToolResult
-from agent_envs.core.protocols import PROMPT_VERSION, ParsedAction, Protocol, make_protocol
+from agent_envs.core.protocols import PROMPT_VERSION, ArpoTags, ParsedAction, Protocol, make_protocol
 from agent_envs.core.spaces import UnicodeText
-from agent_envs.rewards.recipe import RewardFn, make_reward
+from agent_envs.rewards.recipe import RewardFn, RewardRecipe, make_reward
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
@@ -267,12 +267,18 @@ class ToolEnv(gym.Env[str, str]):
         # `_get_running_loop` answers None where `get_running_loop` would raise: no exception per step
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
+        done = self._answer_now(action)
+        if done is not None:
+            return done
         st, parsed, info, end = self._begin(action)
         if end is not None:  # answers and budget ends need no event loop: keep them cheap
             return self._finish(st, info, *end)
         return asyncio.run_coroutine_threadsafe(self._act(st, parsed, info), background_loop()).result()
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        done = self._answer_now(action)
+        if done is not None:
+            return done
         st, parsed, info, end = self._begin(action)
         if end is not None:
             return await self._afinish(st, info, *end)
@@ -285,6 +291,9 @@ class ToolEnv(gym.Env[str, str]):
         Exactly one of the pair is None. A batch of answers then costs no event-loop round trip;
         `await`ing the coroutine gives what `astep` would have.
         """
+        done = self._answer_now(action)
+        if done is not None:
+            return done, None
         st, parsed, info, end = self._begin(action)
         if end is None:
             return None, self._act(st, parsed, info)
@@ -368,6 +377,31 @@ class ToolEnv(gym.Env[str, str]):
             system = text if text is not None else self.protocol.system_prompt(tools)
             setup = self._setup = (self.tools, text, tools, system, self.protocol.stop_sequences(list(self.tools)))
         return setup[2], setup[3], setup[4]
+
+    def _answer_now(self, action: str) -> tuple[str, float, bool, bool, dict] | None:
+        """The lean path of the commonest step: a plain answer right after reset (a one-shot
+        episode), graded in-process. None when the step needs the general path.
+
+        It gives exactly what `_begin` and `_finish` give (tests/core/test_answer_path.py compares
+        the two on many actions), without their generality: no tool call to look for, no earlier
+        segment to check the format over, no tokenizer budget, no grader that waits.
+        """
+        st = self.state
+        if (st is None or st.done or st.segments or self.tokenizer is not None or not isinstance(action, str)
+                or not action.isascii() or type(self.protocol) is not ArpoTags
+                or type(self.reward_fn) is not RewardRecipe):
+            return None
+        plain = self.protocol.plain_answer(action, self._prompt_setup()[0], self.prefill)
+        if plain is None or st.chars + len(plain[0]) > self.max_response_chars:
+            return None
+        text, format_ok, format_error = plain
+        counts = dict(st.calls)
+        reward = self.reward_fn.grade_now(st.task, text, format_ok, counts)
+        if reward is None:  # a judge or the symbolic math stage: the general path awaits it
+            return None
+        st = st.evolve(segments=((text, True),), chars=st.chars + len(text), turns=st.turns + 1, done=True)
+        info = {"parsed_action": text, "tool": None, "tool_input": None, "stop_reason": "answer", "flags": []}
+        return self._finish(st, info, False, "answer", reward, plain)
 
     def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
         """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""

@@ -11,7 +11,7 @@ import re
 import string
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import extract_prediction, too_long
+from agent_envs.rewards.extract import MAX_PRED_CHARS, extract_prediction, too_long
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -83,9 +83,7 @@ def candidates(pred: str, golden_answers: list[str]) -> list[str]:
     >>> candidates("Pride or Prejudice", ["Pride or Prejudice"])
     ['Pride or Prejudice']
     """
-    # the regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or"
-    maybe = "|" in pred or ";" in pred or "or" in pred.lower()
-    if not maybe or _HEDGE.search(pred) is None or _gold_has_separator(tuple(golden_answers)):
+    if _HEDGE.search(pred) is None or _gold_has_separator(tuple(golden_answers)):
         return [pred]
     parts = [p for p in _HEDGE.split(pred) if normalize_answer(p)]
     return parts if len({normalize_answer(p) for p in parts}) > 1 else [pred]
@@ -107,16 +105,18 @@ def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -
     """
     if pred is None or not golden_answers:
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
-    if too_long(pred, golden_answers):  # F1 would be near 0 anyway, after seconds of tokenising
+    if len(pred) > MAX_PRED_CHARS and too_long(pred, golden_answers):  # F1 ~0 anyway, after seconds of tokenising
         return {"em": 0.0, "f1": 0.0, "acc": 0.0, "too_long": 1.0}
     golds = _normalized_golds(tuple(golden_answers))
-    parts = candidates(pred, golden_answers) if hedge else [pred]
+    # the hedge regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or"
+    if not hedge or not ("|" in pred or ";" in pred or "or" in pred.lower()):
+        return _scores(normalize_answer(pred), golds)
+    parts = candidates(pred, golden_answers)
     if len(parts) == 1:
         return _scores(normalize_answer(parts[0]), golds)
     scores = [_scores(normalize_answer(p), golds) for p in parts]
     out = {k: min(s[k] for s in scores) for k in ("em", "f1", "acc")}
-    if len(parts) > 1:
-        out["hedged"] = float(len(parts))
+    out["hedged"] = float(len(parts))
     return out
 
 

@@ -192,13 +192,12 @@ class RewardRecipe:
         self, task: Task, comps: dict[str, Any], format_ok: bool, tool_calls: Mapping[str, int]
     ) -> RewardResult:
         comps["format_ok"] = float(format_ok)
-        both_tools = bool(tool_calls.get("search")) and bool(tool_calls.get("python"))
         if self.name == "arpo":
             if not format_ok or comps["pred"] is None:
                 return RewardResult(self.format_penalty, comps)
-            bonus = self.multi_tool_bonus if comps["f1"] > 0 and both_tools else 0.0
+            bonus = self.multi_tool_bonus if comps["f1"] > 0 and _both_tools(tool_calls) else 0.0
             return RewardResult(comps["f1"] + bonus, comps)
-        cost = self.tool_cost * sum(tool_calls.values())
+        cost = self.tool_cost * sum(tool_calls.values()) if self.tool_cost else 0.0
         if self.name == "binary":
             return RewardResult(comps["correct"] - cost if format_ok else 0.0, comps)
         if self.name == "f1":
@@ -206,7 +205,7 @@ class RewardRecipe:
         if not format_ok:
             return RewardResult(self.format_penalty, comps)
         score = comps["correct"] if task.reward in ("math", "exact", "judge") else comps["f1"]
-        if score > 0 and self.multi_tool_bonus and both_tools:
+        if score > 0 and self.multi_tool_bonus and _both_tools(tool_calls):
             score += self.multi_tool_bonus
         return RewardResult(float(score) - cost, comps)
 
@@ -222,8 +221,7 @@ class RewardRecipe:
     ) -> RewardResult | None:
         """The reward when it needs no waiting, else None (then `await acall(...)`): judge tasks
         with a judge configured and math answers only the symbolic stage can decide wait."""
-        judge = self.judge if self.uses_judge else None
-        if judge is not None and task.reward == "judge":
+        if task.reward == "judge" and self.judge is not None and self.uses_judge:
             return None
         comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge)
         return None if comps is None else self._score(task, comps, format_ok, tool_calls)
@@ -235,6 +233,10 @@ class RewardRecipe:
         judge = self.judge if self.uses_judge else None
         comps = await acorrectness(task, response, judge, self.math_timeout, self.hedge)
         return self._score(task, comps, format_ok, tool_calls)
+
+
+def _both_tools(tool_calls: Mapping[str, int]) -> bool:
+    return bool(tool_calls.get("search")) and bool(tool_calls.get("python"))
 
 
 RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]

@@ -37,9 +37,20 @@ def strip_code_fence(text: str) -> str:
     return (m.group(1) if m else text).strip("\n")
 
 
-@functools.cache
-def _opening_tag_re(tags: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("<(" + "|".join(map(re.escape, tags)) + ")>")
+_patterns: tuple = (None, None, None)  # (known tags, opening-tag pattern, any-call-tag pattern)
+
+
+def _tag_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The pattern of any known tool's opening tag, and of any opening or closing tool tag or
+    result block. Rebuilt only when a new tool class appears: `known_tool_tags()` returns the
+    same tuple until then, and hashing it for a cache lookup on every step cost more than the
+    search."""
+    global _patterns
+    tags = known_tool_tags()
+    if _patterns[0] is not tags:
+        names = "|".join(map(re.escape, tags))
+        _patterns = (tags, re.compile(f"<({names})>"), re.compile(f"</?(?:{names})>|<result>"))
+    return _patterns[1], _patterns[2]
 
 
 @functools.cache
@@ -68,7 +79,7 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
         return False, "answer_tags"
     # every tool call is followed, in order, by its closing tag and a result block
     pos = 0
-    opening = _opening_tag_re(known_tool_tags())
+    opening = _tag_patterns()[0]
     while (m := opening.search(response, pos)) is not None:
         tag = m.group(1)
         close = response.find(f"</{tag}>", m.end())
@@ -141,6 +152,27 @@ class ArpoTags(Protocol):
         if answer_end >= 0 and action.find("<answer>", 0, answer_end) >= 0:
             return ParsedAction("answer", action[: answer_end + 9], flags=flags)  # 9: len("</answer>")
         return ParsedAction("end", action, reason="no_answer", flags=flags)
+
+    def plain_answer(self, action: str, tools: Sequence[Tool], prefill: str = "") -> tuple[str, bool, str | None] | None:
+        """When `action` is a plain answer, an answer block with no tool tag and no result block
+        anywhere in it: the action as `parse` cuts it and `check_format`'s verdict on it as a
+        whole response (text, ok, failing rule). None otherwise.
+
+        The commonest last step, and all of a one-shot episode, costs one pass here instead of a
+        `parse` and a `check_format`; the env's lean answer path uses it.
+        """
+        answer_end = action.find("</answer>")
+        if answer_end < 0 or action.find("<answer>", 0, answer_end) < 0:
+            return None
+        tags = known_tool_tags()
+        for tool in tools:
+            if tool.name not in tags:  # a tool named on an instance only: `parse` decides
+                return None
+        if _tag_patterns()[1].search(action) is not None:
+            return None
+        text = action[: answer_end + 9]
+        ok, why = arpo_format_check(text, prefill)
+        return text, ok, why
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return f" <result>\n{text}\n</result>"
