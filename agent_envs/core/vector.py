@@ -42,7 +42,8 @@ class ToolVectorEnv:
         self.envs = [fn() for fn in env_fns]
         self.num_envs = len(self.envs)
         self.autoreset = autoreset
-        self._needs_reset = np.zeros(self.num_envs, dtype=bool)
+        self._tool_envs: list[ToolEnv] = [env.unwrapped for env in self.envs]  # type: ignore[misc]
+        self._needs_reset = [False] * self.num_envs
         self._seed: int | None = None
         self._episodes = 0
 
@@ -51,14 +52,14 @@ class ToolVectorEnv:
         return cls([lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)], autoreset=autoreset)
 
     def tool_env(self, i: int) -> ToolEnv:
-        return self.envs[i].unwrapped  # type: ignore[return-value]
+        return self._tool_envs[i]
 
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None) -> tuple[list[str], list[dict]]:
         seeds = list(seed) if isinstance(seed, Sequence) else [None if seed is None else seed + i for i in range(self.num_envs)]
         if len(seeds) != self.num_envs:
             raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} envs")
         results = [env.reset(seed=s, options=options) for env, s in zip(self.envs, seeds, strict=True)]
-        self._needs_reset[:] = False
+        self._needs_reset = [False] * self.num_envs
         return [r[0] for r in results], [r[1] for r in results]
 
     async def astep(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
@@ -88,18 +89,20 @@ class ToolVectorEnv:
             raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
         results: list = [None] * self.num_envs
         waiting: dict[int, Coroutine] = {}
+        needs_reset = self._needs_reset
         try:
             for i, action in enumerate(actions):
-                if self._needs_reset[i] and self.autoreset:
-                    self._needs_reset[i] = False
+                if needs_reset[i] and self.autoreset:
+                    needs_reset[i] = False
                     obs, info = self.envs[i].reset()
                     results[i] = (obs, 0.0, False, False, {**info, "autoreset": True})
                 elif action is None:
                     results[i] = ("", 0.0, False, False, {"skipped": True})
                 else:
-                    now, later = self.tool_env(i).step_or_defer(action)
+                    now, later = self._tool_envs[i].step_or_defer(action)
                     if later is None:
-                        results[i] = self._record(i, now)
+                        results[i] = now
+                        needs_reset[i] = now[2] or now[3]
                     else:
                         waiting[i] = later
         except BaseException:
