@@ -5,7 +5,8 @@ tests step two envs built alike, one with the lean path and one with it switched
 task and the same action, and compare everything a caller can see: the observation, the reward,
 the flags, `info` (values and key order) and the episode state afterwards. The actions cover
 right, wrong, hedged, malformed and tool-using answers on real benchmark files and procedural
-worlds, under every reward recipe; a count checks that the lean path did take the plain ones.
+worlds, under every reward recipe, plus the fuzzer's actions and worst cases (tests/fuzz); a
+count checks that the lean path did take the plain ones.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import random
 
 import gymnasium as gym
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agent_envs  # noqa: F401  (registers the ids)
 from agent_envs import ToolEnv
 from agent_envs.core.vector import ToolVectorEnv
 from agent_envs.rewards import RECIPES
+from tests.fuzz.adversarial import EDGE_CHARS, WORDS, action_strategy, worst_cases
 
 BODIES = (
     "The answer is \\boxed{{{gold}}}.",
@@ -102,6 +106,45 @@ def test_lean_and_general_paths_agree(env_id: str, kwargs: dict, recipe: str, sh
             lean.reset(seed=seed)
             assert _outcome(lean, lean.step(action)) == _outcome(general, general.step(action)), action
     assert served >= 40  # of ~140 plain answers (math ones may need the symbolic stage, which waits)
+
+
+def _agree(lean: gym.Env, general: gym.Env, action: str, seed: int = 0) -> bool:
+    lean.reset(seed=seed)
+    general.reset(seed=seed)
+    taken = lean.unwrapped._answer_now(action) is not None
+    lean.reset(seed=seed)
+    assert _outcome(lean, lean.step(action)) == _outcome(general, general.step(action)), action
+    return taken
+
+
+_PAIRS: dict[str, tuple[gym.Env, gym.Env]] = {}
+
+
+def _pair(recipe: str) -> tuple[gym.Env, gym.Env]:
+    if recipe not in _PAIRS:
+        _PAIRS[recipe] = (gym.make("AgentQA-v0", reward=recipe),
+                          _general_only(gym.make("AgentQA-v0", reward=recipe)))
+    return _PAIRS[recipe]
+
+
+_PLAIN = st.tuples(
+    st.lists(st.sampled_from(["<think>", "</think>", " x ", "<answer>"]), max_size=4).map("".join),
+    st.lists(st.sampled_from([*WORDS, *EDGE_CHARS, "\\boxed{", "\\fbox{", "{", "}", " or ", " | ", "; "]),
+             max_size=12).map("".join),
+).map(lambda parts: f"{parts[0]}<answer>{parts[1]}</answer>")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(action=st.one_of(_PLAIN, action_strategy(["search"], "arpo")), recipe=st.sampled_from(RECIPES))
+def test_fuzzed_actions_agree(action: str, recipe: str) -> None:
+    _agree(*_pair(recipe), action)
+
+
+def test_worst_cases_agree() -> None:
+    for _, action in worst_cases(["search"]):
+        for recipe in RECIPES:
+            _agree(*_pair(recipe), action)
 
 
 def test_async_and_deferred_steps_agree(shared_data) -> None:
