@@ -153,7 +153,8 @@ def test_browse_a_prompt_expand_a_fork_and_a_tool_result(arpo_run, viewer_url, b
     assert f"fork of #{fork['parent_id']} at token {fork['branch_offset']}" in summary.text
 
     summary.click()  # expand the branch: its text, folded prefix and components appear
-    body = node.find_element(By.CSS_SELECTOR, ":scope > details > .body")
+    # the body is built by the `toggle` event, which the browser fires after the click returns
+    body = wait.until(lambda d: node.find_elements(By.CSS_SELECTOR, ":scope > details > .body"))[0]
     assert body.is_displayed() and "correct" in body.find_element(By.CSS_SELECTOR, ".components").text
     shared = body.find_element(By.CSS_SELECTOR, "details.shared")
     shared.find_element(By.TAG_NAME, "summary").click()
