@@ -31,13 +31,13 @@ from typing import Any, ClassVar
 
 # Tags of every Tool class defined so far, in definition order. Protocols use it to notice a call
 # of a tool the env did not enable (it is flagged, not run) and to check the format of responses.
-_KNOWN_TAGS: dict[str, None] = {}
-_known_tuple: tuple[str, ...] = ()  # the same, as the tuple every parse and format check reads
+# A new tuple only when a new tag appears, so protocols can key what they derive on its identity.
+_KNOWN_TAGS: tuple[str, ...] = ()
 
 
 def known_tool_tags() -> tuple[str, ...]:
     """The tags of all tool classes defined in this process (the built-in tools are always among them)."""
-    return _known_tuple
+    return _KNOWN_TAGS
 
 
 @dataclass
@@ -80,10 +80,9 @@ class Tool(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:
-            global _known_tuple
-            _KNOWN_TAGS[cls.name] = None
-            _known_tuple = tuple(_KNOWN_TAGS)
+        global _KNOWN_TAGS
+        if "name" in cls.__dict__ and cls.name not in _KNOWN_TAGS:
+            _KNOWN_TAGS = (*_KNOWN_TAGS, cls.name)
 
     @abstractmethod
     async def call(self, arg: str) -> ToolResult: ...

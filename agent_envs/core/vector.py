@@ -89,11 +89,10 @@ class ToolVectorEnv:
             raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
         results: list = [None] * self.num_envs
         waiting: dict[int, Coroutine] = {}
-        needs_reset = self._needs_reset
         try:
             for i, action in enumerate(actions):
-                if needs_reset[i] and self.autoreset:
-                    needs_reset[i] = False
+                if self._needs_reset[i] and self.autoreset:
+                    self._needs_reset[i] = False
                     obs, info = self.envs[i].reset()
                     results[i] = (obs, 0.0, False, False, {**info, "autoreset": True})
                 elif action is None:
@@ -101,8 +100,7 @@ class ToolVectorEnv:
                 else:
                     now, later = self._tool_envs[i].step_or_defer(action)
                     if later is None:
-                        results[i] = now
-                        needs_reset[i] = now[2] or now[3]
+                        results[i] = self._record(i, now)
                     else:
                         waiting[i] = later
         except BaseException:
