@@ -35,6 +35,7 @@ from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool, ToolResult
 from agent_envs.core.protocols import PROMPT_VERSION, ArpoTags, ParsedAction, Protocol, make_protocol
 from agent_envs.core.spaces import UnicodeText
+from agent_envs.rewards.extract import prediction_in
 from agent_envs.rewards.recipe import RewardFn, RewardRecipe, make_reward
 
 _LOOP: asyncio.AbstractEventLoop | None = None
@@ -71,6 +72,12 @@ def _shut_down_background_loop() -> None:
     with contextlib.suppress(Exception):  # a wedged loop must not hang the exit
         asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(timeout=5)
     loop.call_soon_threadsafe(loop.stop)
+
+
+def _encodable(action: str) -> str:
+    """The action with lone surrogates and other unencodable text replaced: never allowed to crash
+    a tokenizer. ASCII text has none, and most actions are ASCII."""
+    return action if action.isascii() else action.encode("utf-8", "replace").decode("utf-8")
 
 
 class TaskSource(TypingProtocol):
@@ -112,8 +119,7 @@ class EpisodeState:
     def evolve(self, **changes: Any) -> EpisodeState:
         """A copy with `changes` applied (a fast `dataclasses.replace`: this runs on every step)."""
         new = object.__new__(EpisodeState)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
+        new.__dict__.update(self.__dict__, **changes)
         return new
 
     @property
@@ -387,21 +393,23 @@ class ToolEnv(gym.Env[str, str]):
         segment to check the format over, no tokenizer budget, no grader that waits.
         """
         st = self.state
-        if (st is None or st.done or st.segments or self.tokenizer is not None or not isinstance(action, str)
-                or not action.isascii() or type(self.protocol) is not ArpoTags
-                or type(self.reward_fn) is not RewardRecipe):
+        if (st is None or st.done or st.segments or self.tokenizer is not None or type(action) is not str
+                or type(self.protocol) is not ArpoTags or type(self.reward_fn) is not RewardRecipe):
             return None
-        plain = self.protocol.plain_answer(action, self._prompt_setup()[0], self.prefill)
-        if plain is None or st.chars + len(plain[0]) > self.max_response_chars:
+        plain = self.protocol.plain_answer(_encodable(action), self._prompt_setup()[0], self.prefill)
+        if plain is None:
             return None
-        text, format_ok, format_error = plain
+        text, format_ok, format_error, span = plain
+        chars = st.chars + len(text)
+        if chars > self.max_response_chars:
+            return None
         counts = dict(st.calls)
-        reward = self.reward_fn.grade_now(st.task, text, format_ok, counts)
+        reward = self.reward_fn.grade_now(st.task, text, format_ok, counts, prediction_in(span))
         if reward is None:  # a judge or the symbolic math stage: the general path awaits it
             return None
-        st = st.evolve(segments=((text, True),), chars=st.chars + len(text), turns=st.turns + 1, done=True)
+        st = st.evolve(segments=((text, True),), chars=chars, turns=st.turns + 1, done=True)
         info = {"parsed_action": text, "tool": None, "tool_input": None, "stop_reason": "answer", "flags": []}
-        return self._finish(st, info, False, "answer", reward, plain)
+        return self._finish(st, info, False, "answer", reward, (text, format_ok, format_error), counts)
 
     def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
         """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""
@@ -412,11 +420,7 @@ class ToolEnv(gym.Env[str, str]):
             raise RuntimeError(f"episode of task {st.task.id!r} is over; call env.reset() before stepping again")
         if not isinstance(action, str):
             raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
-        # lone surrogates and other unencodable text are replaced, never allowed to crash a
-        # tokenizer (ASCII text has none, and most actions are ASCII)
-        if not action.isascii():
-            action = action.encode("utf-8", "replace").decode("utf-8")
-        parsed = self.protocol.parse(action, self._prompt_setup()[0])
+        parsed = self.protocol.parse(_encodable(action), self._prompt_setup()[0])
         ends = parsed.kind in ("answer", "end")  # marked done in the same copy: one fewer per answer
         st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags,
                           done=ends)
@@ -529,20 +533,22 @@ class ToolEnv(gym.Env[str, str]):
     def _finish(
         self, st: EpisodeState, info: dict, truncated: bool, why: str,
         reward: RewardResult | None = None, graded: tuple[str, bool, str | None] | None = None,
+        counts: dict[str, int] | None = None,
     ) -> tuple[str, float, bool, bool, dict]:
+        """End the episode: grade it unless `reward` is given (`graded`: the response and its format
+        verdict, when known; `counts`: the tool-call counts, a copy the caller gives up)."""
         if not st.done:
             st = st.evolve(done=True)
         self.state = st
         response, format_ok, format_error = graded or self._grading_inputs(st)
-        counts = dict(st.calls)
+        if counts is None:
+            counts = dict(st.calls)
         if reward is None:
             reward = self.reward_fn(st.task, response, format_ok, counts)
         score = reward.score
-        info.update(self._episode_info(st, counts))
-        info.update(reward.components)
-        info.update(format_ok=format_ok, format_error=format_error, end_reason=why, truncated=truncated,
-                    reward=score)  # fmt: skip
-        return "", float(score), not truncated, truncated, info
+        return "", float(score), not truncated, truncated, {
+            **info, **self._episode_info(st, counts), **reward.components, "format_ok": format_ok,
+            "format_error": format_error, "end_reason": why, "truncated": truncated, "reward": score}
 
     @staticmethod
     def _episode_info(st: EpisodeState, counts: dict[str, int] | None = None) -> dict[str, Any]:

@@ -65,6 +65,12 @@ def answer_span(text: str) -> str | None:
     return span
 
 
+def prediction_in(span: str) -> str:
+    """The prediction an answer block holds: its last `\\boxed{}`, else the whole block."""
+    boxed = last_boxed(span)
+    return (boxed if boxed is not None else span).strip()
+
+
 def extract_prediction(response: str) -> str | None:
     """The prediction of a response.
 
@@ -73,7 +79,6 @@ def extract_prediction(response: str) -> str | None:
     """
     span = answer_span(response)
     if span is not None:
-        boxed = last_boxed(span)
-        return (boxed if boxed is not None else span).strip()
+        return prediction_in(span)
     boxed = last_boxed(response)
     return boxed.strip() if boxed is not None else None

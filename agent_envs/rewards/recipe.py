@@ -54,8 +54,12 @@ RECIPES = ("standard", "binary", "f1", "arpo")
 _NO_JUDGE = "em: no judge configured (RewardRecipe(judge=LLMJudge(...)))"
 
 
-def _base(task: Task, response: str, hedge: bool = True) -> dict[str, Any]:
-    pred = extract_prediction(response)
+_EXTRACT: Any = object()  # `pred` not given: extract it from the response
+
+
+def _base(task: Task, response: str, hedge: bool = True, pred: str | None = _EXTRACT) -> dict[str, Any]:
+    if pred is _EXTRACT:
+        pred = extract_prediction(response)
     return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
 
 
@@ -84,13 +88,15 @@ def correctness(
     task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
     symbolic: bool = True,
     hedge: bool = True,
+    pred: str | None = _EXTRACT,
 ) -> dict[str, Any] | None:
     """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
     `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`. With
     `symbolic=False`, a math answer that needs the symbolic stage gives None (grade it later).
-    `hedge`: score a prediction listing alternatives as its weakest one (`qa_scores`)."""
+    `hedge`: score a prediction listing alternatives as its weakest one (`qa_scores`). `pred`:
+    the response's prediction when the caller has it already (`extract_prediction`'s result)."""
     try:
-        comps = _base(task, response, hedge)
+        comps = _base(task, response, hedge, pred)
         pred = comps["pred"]
         if task.reward == "math":
             ok, mc = math_equal(pred, task.answers, math_timeout, symbolic=symbolic)
@@ -217,13 +223,15 @@ class RewardRecipe:
         return self._score(task, comps, format_ok, tool_calls)
 
     def grade_now(
-        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
+        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int],
+        pred: str | None = _EXTRACT,
     ) -> RewardResult | None:
         """The reward when it needs no waiting, else None (then `await acall(...)`): judge tasks
-        with a judge configured and math answers only the symbolic stage can decide wait."""
+        with a judge configured and math answers only the symbolic stage can decide wait.
+        `pred`: the response's prediction, when the caller has it already."""
         if task.reward == "judge" and self.judge is not None and self.uses_judge:
             return None
-        comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge)
+        comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge, pred=pred)
         return None if comps is None else self._score(task, comps, format_ok, tool_calls)
 
     async def acall(

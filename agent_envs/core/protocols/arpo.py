@@ -71,12 +71,9 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
     """The public ARPO recipe's format rule: (ok, failing rule). `prefill` is prompt text a chat
     template put before the response (Qwen3 can pre-fill `<think>`), so tag counts are taken over
     both. Calls of every known tool tag must be closed and answered by a result block."""
-    text = prefill + response if prefill else response
-    opened = text.count("<think>")
-    if opened != text.count("</think>") or opened < 1:
-        return False, "think_tags"
-    if response.count("<answer>") != 1 or response.count("</answer>") != 1:
-        return False, "answer_tags"
+    why = _tag_counts(response, prefill)
+    if why is not None:
+        return False, why
     # every tool call is followed, in order, by its closing tag and a result block
     pos = 0
     opening = _tag_patterns()[0]
@@ -88,11 +85,28 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
         if min(close, res, res_end) < 0:
             return False, f"{tag}_without_result"
         pos = res_end
-    span = response[response.find("<answer>") : response.find("</answer>")]
-    boxed = span.find("\\boxed{")
-    if boxed < 0 or "}" not in span[boxed:]:
-        return False, "no_boxed"
-    return True, None
+    why = _boxed_in(response, response.find("<answer>"), response.find("</answer>"))
+    return why is None, why
+
+
+def _tag_counts(response: str, prefill: str) -> str | None:
+    """The format rule's tag counts: balanced `<think>` blocks (at least one, prefill included) and
+    exactly one answer block."""
+    text = prefill + response if prefill else response
+    opened = text.count("<think>")
+    if opened != text.count("</think>") or opened < 1:
+        return "think_tags"
+    if response.count("<answer>") != 1 or response.count("</answer>") != 1:
+        return "answer_tags"
+    return None
+
+
+def _boxed_in(response: str, start: int, end: int) -> str | None:
+    """The format rule's last check: a closed `\\boxed{` in the answer block at `start:end`."""
+    boxed = response.find("\\boxed{", start, end)
+    if boxed < 0 or response.find("}", boxed, end) < 0:
+        return "no_boxed"
+    return None
 
 
 class ArpoTags(Protocol):
@@ -153,16 +167,20 @@ class ArpoTags(Protocol):
             return ParsedAction("answer", action[: answer_end + 9], flags=flags)  # 9: len("</answer>")
         return ParsedAction("end", action, reason="no_answer", flags=flags)
 
-    def plain_answer(self, action: str, tools: Sequence[Tool], prefill: str = "") -> tuple[str, bool, str | None] | None:
+    def plain_answer(self, action: str, tools: Sequence[Tool], prefill: str = "") -> tuple[str, bool, str | None, str] | None:
         """When `action` is a plain answer, an answer block with no tool tag and no result block
-        anywhere in it: the action as `parse` cuts it and `check_format`'s verdict on it as a
-        whole response (text, ok, failing rule). None otherwise.
+        anywhere in it: the action as `parse` cuts it, `check_format`'s verdict on it as a whole
+        response (ok, failing rule), and the answer block's content. None otherwise.
 
         The commonest last step, and all of a one-shot episode, costs one pass here instead of a
-        `parse` and a `check_format`; the env's lean answer path uses it.
+        `parse`, a `check_format` and a search for the answer block; the env's lean answer path
+        uses it.
         """
-        answer_end = action.find("</answer>")
-        if answer_end < 0 or action.find("<answer>", 0, answer_end) < 0:
+        end = action.find("</answer>")
+        if end < 0:
+            return None
+        start = action.find("<answer>", 0, end)
+        if start < 0:
             return None
         tags = known_tool_tags()
         for tool in tools:
@@ -170,9 +188,10 @@ class ArpoTags(Protocol):
                 return None
         if _tag_patterns()[1].search(action) is not None:
             return None
-        text = action[: answer_end + 9]
-        ok, why = arpo_format_check(text, prefill)
-        return text, ok, why
+        # cut at the first closing tag, the text has one; its block is the first one opened
+        text = action[: end + 9]
+        why = _tag_counts(text, prefill) or _boxed_in(text, start, end)
+        return text, why is None, why, text[start + 8 : end]
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return f" <result>\n{text}\n</result>"
