@@ -23,9 +23,17 @@ _HEDGE = re.compile(r"\s+(?:and/)?or\s+|\s*[|;]\s*", re.IGNORECASE)
 _ANY_PUNCT = re.compile("[" + re.escape(string.punctuation) + "]")
 
 
+_ARTICLE_WORDS = frozenset(("a", "an", "the"))
+
+
 def normalize_answer(text: str) -> str:
     """Lowercase, drop punctuation and articles, collapse whitespace (SQuAD)."""
     text = text.lower()
+    if text.replace(" ", "").isalnum():
+        # Words and spaces only, as most answers are: no punctuation, and the article pattern's
+        # word boundaries fall only at the spaces (its `\w` is `isalnum` or "_"), so whole words
+        # are dropped, without the two regex passes.
+        return " ".join([w for w in text.split() if w not in _ARTICLE_WORDS])
     if _ANY_PUNCT.search(text):  # translate costs five searches; most answers have no punctuation
         text = text.translate(_DROP_PUNCT)
     return " ".join(_ARTICLES.sub(" ", text).split())

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import string
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent_envs.core.protocols import arpo_format_check
 from agent_envs.rewards import normalize_answer, qa_reward, token_f1
@@ -17,6 +22,21 @@ def wrap(pred: str) -> str:
 def test_normalisation_is_squad() -> None:
     assert normalize_answer("  The Eiffel  Tower! ") == "eiffel tower"
     assert normalize_answer("An apple, a day.") == "apple day"
+
+
+def squad_normalize(text: str) -> str:
+    """The SQuAD scorer's normalisation as it is written there, to check the shortcuts against."""
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+PIECES = ["a", "an", "the", "The", "AN", "Eiffel", "tower", "1961", "x2", "é", "e\u0301", "Ⅻ", "٣", "ß", "İ",
+          "_", "-", ",", "'s", "’", "the_", "théâtre", " ", "  ", "\t", "\n", "\u00a0", "\u2028", "."]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=8).map("".join))
+def test_normalisation_shortcut_matches_the_squad_formula(text: str) -> None:
+    assert normalize_answer(text) == squad_normalize(text)
 
 
 def test_f1_is_max_over_aliases_and_em_acc_are_reported() -> None:
