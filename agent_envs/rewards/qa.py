@@ -15,15 +15,13 @@ from agent_envs.rewards.extract import MAX_PRED_CHARS, extract_prediction, too_l
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_ARTICLE_WORDS = frozenset(("a", "an", "the"))
 _SPECIAL = {"yes", "no", "noanswer"}
 # Separators of alternatives in a hedged answer; commas are not among them ("Paris, France").
 _HEDGE = re.compile(r"\s+(?:and/)?or\s+|\s*[|;]\s*", re.IGNORECASE)
 
 
 _ANY_PUNCT = re.compile("[" + re.escape(string.punctuation) + "]")
-
-
-_ARTICLE_WORDS = frozenset(("a", "an", "the"))
 
 
 def normalize_answer(text: str) -> str:

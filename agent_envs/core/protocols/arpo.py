@@ -188,7 +188,8 @@ class ArpoTags(Protocol):
                 return None
         if _tag_patterns()[1].search(action) is not None:
             return None
-        # cut at the first closing tag, the text has one; its block is the first one opened
+        # cut after the first closing tag: the block from the first opening tag to it is the one
+        # `answer_span` reads in the text (no complete block follows it)
         text = action[: end + 9]
         why = _tag_counts(text, prefill) or _boxed_in(text, start, end)
         return text, why is None, why, text[start + 8 : end]
