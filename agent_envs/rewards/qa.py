@@ -11,7 +11,7 @@ import re
 import string
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import MAX_PRED_CHARS, extract_prediction, too_long
+from agent_envs.rewards.extract import extract_prediction, too_long
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -111,7 +111,7 @@ def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -
     """
     if pred is None or not golden_answers:
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
-    if len(pred) > MAX_PRED_CHARS and too_long(pred, golden_answers):  # F1 ~0 anyway, after seconds of tokenising
+    if too_long(pred, golden_answers):  # F1 would be near 0 anyway, after seconds of tokenising
         return {"em": 0.0, "f1": 0.0, "acc": 0.0, "too_long": 1.0}
     golds = _normalized_golds(tuple(golden_answers))
     # the hedge regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or"

@@ -37,20 +37,20 @@ def strip_code_fence(text: str) -> str:
     return (m.group(1) if m else text).strip("\n")
 
 
-_patterns: tuple = (None, None, None)  # (known tags, opening-tag pattern, any-call-tag pattern)
+_patterns: tuple = (None, None, None)
 
 
-def _tag_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """The pattern of any known tool's opening tag, and of any opening or closing tool tag or
-    result block. Rebuilt only when a new tool class appears: `known_tool_tags()` returns the
-    same tuple until then, and hashing it for a cache lookup on every step cost more than the
-    search."""
+def _tag_patterns() -> tuple[tuple[str, ...], re.Pattern[str], re.Pattern[str]]:
+    """The known tool tags, the pattern of any known tool's opening tag, and that of any opening
+    or closing tool tag or result block. Rebuilt only when a new tool class appears:
+    `known_tool_tags()` returns the same tuple until then, and hashing it for a cache lookup on
+    every step cost more than the search."""
     global _patterns
     tags = known_tool_tags()
     if _patterns[0] is not tags:
         names = "|".join(map(re.escape, tags))
         _patterns = (tags, re.compile(f"<({names})>"), re.compile(f"</?(?:{names})>|<result>"))
-    return _patterns[1], _patterns[2]
+    return _patterns
 
 
 @functools.cache
@@ -76,7 +76,7 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
         return False, why
     # every tool call is followed, in order, by its closing tag and a result block
     pos = 0
-    opening = _tag_patterns()[0]
+    opening = _tag_patterns()[1]
     while (m := opening.search(response, pos)) is not None:
         tag = m.group(1)
         close = response.find(f"</{tag}>", m.end())
@@ -182,11 +182,11 @@ class ArpoTags(Protocol):
         start = action.find("<answer>", 0, end)
         if start < 0:
             return None
-        tags = known_tool_tags()
+        tags, _, any_tag = _tag_patterns()
         for tool in tools:
             if tool.name not in tags:  # a tool named on an instance only: `parse` decides
                 return None
-        if _tag_patterns()[1].search(action) is not None:
+        if any_tag.search(action) is not None:
             return None
         # cut after the first closing tag: the block from the first opening tag to it is the one
         # `answer_span` reads in the text (no complete block follows it)
