@@ -28,7 +28,10 @@ _BARE_BOXED = re.compile(r"\\boxed\s+([^\s$]+)")
 
 def last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}` (or `\\fbox{...}`), with balanced braces; None if absent."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    start = text.rfind("\\boxed{")
+    fbox = text.rfind("\\fbox{")
+    if fbox > start:
+        start = fbox
     if start < 0:
         # `\boxed 5` without braces, as some models write
         m = _BARE_BOXED.findall(text)

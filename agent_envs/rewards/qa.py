@@ -11,7 +11,7 @@ import re
 import string
 
 from agent_envs.base.reward import RewardResult
-from agent_envs.rewards.extract import extract_prediction, too_long
+from agent_envs.rewards.extract import MAX_PRED_CHARS, extract_prediction, too_long
 
 _DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -31,7 +31,10 @@ def normalize_answer(text: str) -> str:
         # Words and spaces only, as most answers are: no punctuation, and the article pattern's
         # word boundaries fall only at the spaces (its `\w` is `isalnum` or "_"), so whole words
         # are dropped, without the two regex passes.
-        return " ".join([w for w in text.split() if w not in _ARTICLE_WORDS])
+        words = text.split()
+        if _ARTICLE_WORDS.isdisjoint(words):
+            return " ".join(words)
+        return " ".join([w for w in words if w not in _ARTICLE_WORDS])
     if _ANY_PUNCT.search(text):  # translate costs five searches; most answers have no punctuation
         text = text.translate(_DROP_PUNCT)
     return " ".join(_ARTICLES.sub(" ", text).split())
@@ -111,7 +114,9 @@ def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -
     """
     if pred is None or not golden_answers:
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
-    if too_long(pred, golden_answers):  # F1 would be near 0 anyway, after seconds of tokenising
+    # past the cap, F1 would be near 0 anyway, after seconds of tokenising (`len` first: no call
+    # for a prediction of normal length)
+    if len(pred) > MAX_PRED_CHARS and too_long(pred, golden_answers):
         return {"em": 0.0, "f1": 0.0, "acc": 0.0, "too_long": 1.0}
     golds = _normalized_golds(tuple(golden_answers))
     # the hedge regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or"
@@ -129,6 +134,9 @@ def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -
 def _scores(npred: str, golds: tuple[str, ...]) -> dict[str, float]:
     if len(golds) == 1:  # most tasks have one answer: no generator expressions to run
         g = golds[0]
+        if npred == g:  # a right answer: nothing to count
+            right = float(bool(g))
+            return {"em": 1.0, "f1": right, "acc": right}
         return {"em": float(npred == g), "f1": _f1_normalized(npred, g), "acc": float(bool(g) and g in npred)}
     return {
         "em": max(float(npred == g) for g in golds),

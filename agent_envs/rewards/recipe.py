@@ -60,7 +60,9 @@ _EXTRACT: Any = object()  # `pred` not given: extract it from the response
 def _base(task: Task, response: str, hedge: bool = True, pred: str | None = _EXTRACT) -> dict[str, Any]:
     if pred is _EXTRACT:
         pred = extract_prediction(response)
-    return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
+    comps = qa_scores(pred, task.answers, hedge)  # a new dict: filled in, not copied
+    comps["pred"] = pred
+    return comps
 
 
 def _exact(task: Task, pred: str | None) -> float:
@@ -98,18 +100,19 @@ def correctness(
     try:
         comps = _base(task, response, hedge, pred)
         pred = comps["pred"]
-        if task.reward == "math":
+        kind = task.reward
+        if kind == "qa":  # the commonest kind first
+            comps["correct"] = comps["em"]
+        elif kind == "math":
             ok, mc = math_equal(pred, task.answers, math_timeout, symbolic=symbolic)
             if ok is None:
                 return None
             comps.update(mc, math_equal=float(ok), correct=float(ok))
-        elif task.reward == "exact":
+        elif kind == "exact":
             comps["correct"] = _exact(task, pred)
-        elif task.reward == "judge":
+        else:  # judge (Task checks its kind)
             verdict = judge.judge(task.question, task.answers, pred) if judge and pred is not None else None
             _apply_verdict(comps, verdict if judge else None)
-        else:
-            comps["correct"] = comps["em"]
         return comps
     except Exception as e:  # graders never raise (docs/envs.md, Graders)
         return _grader_failure(e)
@@ -231,7 +234,7 @@ class RewardRecipe:
         `pred`: the response's prediction, when the caller has it already."""
         if task.reward == "judge" and self.judge is not None and self.uses_judge:
             return None
-        comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge, pred=pred)
+        comps = correctness(task, response, None, self.math_timeout, False, self.hedge, pred)
         return None if comps is None else self._score(task, comps, format_ok, tool_calls)
 
     async def acall(
