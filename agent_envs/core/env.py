@@ -396,9 +396,7 @@ class ToolEnv(gym.Env[str, str]):
         if (st is None or st.done or st.segments or st.calls or self.tokenizer is not None or type(action) is not str
                 or type(self.protocol) is not ArpoTags or type(self.reward_fn) is not RewardRecipe):
             return None
-        if not action.isascii():
-            action = _encodable(action)
-        plain = self.protocol.plain_answer(action, self._prompt_setup()[0], self.prefill)
+        plain = self.protocol.plain_answer(_encodable(action), self._prompt_setup()[0], self.prefill)
         if plain is None:
             return None
         text, format_ok, format_error, span = plain

@@ -137,7 +137,7 @@ def _scores(npred: str, golds: tuple[str, ...]) -> dict[str, float]:
         if npred == g:  # a right answer: nothing to count
             right = float(bool(g))
             return {"em": 1.0, "f1": right, "acc": right}
-        return {"em": float(npred == g), "f1": _f1_normalized(npred, g), "acc": float(bool(g) and g in npred)}
+        return {"em": 0.0, "f1": _f1_normalized(npred, g), "acc": float(bool(g) and g in npred)}
     return {
         "em": max(float(npred == g) for g in golds),
         "f1": max(_f1_normalized(npred, g) for g in golds),

@@ -60,9 +60,7 @@ _EXTRACT: Any = object()  # `pred` not given: extract it from the response
 def _base(task: Task, response: str, hedge: bool = True, pred: str | None = _EXTRACT) -> dict[str, Any]:
     if pred is _EXTRACT:
         pred = extract_prediction(response)
-    comps = qa_scores(pred, task.answers, hedge)  # a new dict: filled in, not copied
-    comps["pred"] = pred
-    return comps
+    return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
 
 
 def _exact(task: Task, pred: str | None) -> float:
@@ -234,7 +232,7 @@ class RewardRecipe:
         `pred`: the response's prediction, when the caller has it already."""
         if task.reward == "judge" and self.judge is not None and self.uses_judge:
             return None
-        comps = correctness(task, response, None, self.math_timeout, False, self.hedge, pred)
+        comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge, pred=pred)
         return None if comps is None else self._score(task, comps, format_ok, tool_calls)
 
     async def acall(
