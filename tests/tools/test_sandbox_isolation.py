@@ -318,10 +318,15 @@ def test_fallback_without_namespaces_warns_once(caplog):
         warnings = [r.getMessage() for r in caplog.records if "namespaces disabled" in r.getMessage()]
         assert len(warnings) == 1 and "network and file system stay open" in warnings[0]
         # Even here: scrubbed env, a temporary working directory removed afterwards, rlimits, timeout.
-        res = tool.run("import os\nprint(os.getcwd())\nopen('f', 'w').write('x')")
+        # The write sits in a block: a bare `open(...).write(...)` would have its value echoed after
+        # the directory (the sandbox echoes a trailing expression), and the path read would be wrong.
+        res = tool.run("import os\nwith open('f', 'w') as fh:\n    fh.write('x')\nprint(os.getcwd())")
         workdir = Path(res.text)
-        assert workdir.name.startswith("agent-envs-sandbox-") and not workdir.exists()
+        assert workdir.is_absolute() and workdir.name.startswith("agent-envs-sandbox-"), res.text
+        # The worker frees a finished call while it waits for the next request, at the latest when
+        # that request arrives: after the next call the directory must be gone.
         assert tool.run("while True: pass").error == "timeout"
+        assert workdir.parent.exists() and not workdir.exists(), workdir
         # a worker killed outright (no teardown of its own) leaves no directory behind either
         scratch = workdir.parent
         assert scratch.name.startswith("agent-envs-sandbox-") and any(scratch.iterdir())  # prepared calls
