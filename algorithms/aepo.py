@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import torch
 
+from agent_envs.base.config import option
 from algorithms.arpo import ARPOConfig, ARPOLearner
-from algorithms.base.config import option
 from algorithms.core.batch import MicroBatch, RolloutBatch
 from algorithms.rollout.tree_config import TreeConfig
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from algorithms.base.config import option
+from agent_envs.base.config import option
 from algorithms.core.batch import PromptDraw, RolloutBatch
 from algorithms.core.learner import Learner, _run_coroutine
 from algorithms.core.learner_config import LearnerConfig

@@ -42,7 +42,7 @@ def learner_class(algo: str) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from algorithms.base.config import build_config, format_help
+    from agent_envs.base.config import build_config, format_help
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
     from algorithms.core.checkpoint import CheckpointError, resolve_resume
 
@@ -74,7 +74,7 @@ def _train(args: argparse.Namespace) -> int:
 def _check_algo_in_file(path: str | None, algo: str) -> None:
     if path is None:
         return
-    from algorithms.base.config import load_preset
+    from agent_envs.base.config import load_preset
 
     named = load_preset(path).get("algo")
     if named is not None and named != algo:
@@ -82,7 +82,7 @@ def _check_algo_in_file(path: str | None, algo: str) -> None:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from algorithms.base.config import build_config, format_help
+    from agent_envs.base.config import build_config, format_help
     from algorithms.base.preflight import USER_ERRORS
     from algorithms.sft import SFTConfig, preflight_sft, run_sft
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import torch
 
-from algorithms.base.config import option
+from agent_envs.base.config import option
 from algorithms.base.seeds import DRAWS_PER_ROUND, dapo_first_group_id, dapo_seed_step
 from algorithms.core.advantages import constant_groups
 from algorithms.core.learner import Learner

@@ -40,8 +40,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from agent_envs.base.config import check_types, config_dict, option
 from agent_envs.data.jsonl import iter_json_objects
-from algorithms.base.config import check_types, config_dict, option
 from algorithms.base.preflight import check_env, check_model, check_output_dir
 from algorithms.core.run_log import RunLogger
 from algorithms.core.threads import THREADS_HELP, Threads, apply_threads, choose_threads

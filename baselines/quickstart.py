@@ -51,7 +51,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                    eval_tasks: int = 64, algo: str = "grpo", seed: int = 0) -> dict[str, Any]:
     import gymnasium as gym
 
-    from algorithms.base.config import build_config
+    from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
     from algorithms.core.run_log import read_metrics
     from algorithms.models.tiny import build_tiny_model

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms.base.config import config_dict
+from agent_envs.base.config import config_dict
 from algorithms.base.seeds import draw_seed, flat_group_id, flat_traj_id
 from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
 from algorithms.core.async_rollout import AsyncRollout, async_engine, publish

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
-from algorithms.base.config import check_types, option
+from agent_envs.base.config import check_types, option
 from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
 
 Engine = Literal["hf", "vllm", "vllm-server"]

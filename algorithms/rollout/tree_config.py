@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from algorithms.base.config import check_types, option
+from agent_envs.base.config import check_types, option
 
 Reduction = Literal["scaled_mean", "sum", "mean"]
 

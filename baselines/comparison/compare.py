@@ -70,7 +70,7 @@ def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None) -> t
 
 def spec_config(spec: RunSpec) -> Any:
     """The learner config of one run: its preset, the shared overrides, then seed, folder, threads."""
-    from algorithms.base.config import build_config
+    from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
 
     return build_config(learner_class(spec.algo).config_class, spec.config.format(algo=spec.algo),

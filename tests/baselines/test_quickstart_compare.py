@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_envs.base.config import build_config
 from agent_envs.cli import main
-from algorithms.base.config import build_config
 from algorithms.cli import learner_class
 
 REPO = Path(__file__).resolve().parents[2]

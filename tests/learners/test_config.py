@@ -14,9 +14,9 @@ import pytest
 import yaml
 from learner_support import REPO, cli_env
 
+from agent_envs.base.config import build_config, config_dict, describe_config, load_preset
 from algorithms.aepo import AEPOConfig
 from algorithms.arpo import ARPOConfig
-from algorithms.base.config import build_config, config_dict, describe_config, load_preset
 from algorithms.cli import learner_class
 from algorithms.core.advantages import ADVANTAGE_ESTIMATORS, SCALE_MODES
 from algorithms.core.learner_config import KLEstimator, LearnerConfig, LossAggMode

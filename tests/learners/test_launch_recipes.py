@@ -17,8 +17,8 @@ import pytest
 import yaml
 from learner_support import REPO
 
+from agent_envs.base.config import build_config
 from agent_envs.cli import build_parser
-from algorithms.base.config import build_config
 from algorithms.cli import learner_class
 
 LAUNCH = REPO / "configs" / "launch"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.base.config import build_config
+from agent_envs.base.config import build_config
 from algorithms.core.batch import PromptSampler
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from learner_support import REPO
 
+from agent_envs.base.config import build_config
 from algorithms.arpo import ARPOConfig, ARPOLearner
-from algorithms.base.config import build_config
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
 

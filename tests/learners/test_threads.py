@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from algorithms.base.config import build_config
+from agent_envs.base.config import build_config
 from algorithms.core import threads
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.core.threads import apply_threads, available_cores, busy_cores, choose_threads, current_load

@@ -2,7 +2,7 @@
 
     >>> from dataclasses import dataclass
     >>> from typing import Literal
-    >>> from algorithms.base.config import build_config, option
+    >>> from agent_envs.base.config import build_config, option
     >>> @dataclass
     ... class Demo:
     ...     lr: float = option(1e-6, "learning rate")
