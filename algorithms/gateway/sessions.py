@@ -16,8 +16,8 @@ report, with where the texts part.
     >>> t, ids = s.prompt_ids("<u>hi</u><a>ok<t>5</t><a>", lambda text: [ord(c) for c in text])
     >>> s.record(t, ids, completion_ids=[33], logprobs=[-0.3], completion_text="!")
     >>> [traj] = s.trajectories
-    >>> traj.loss_mask[-6:], s.drift
-    ([1, 1, 0, 0, 0, 0], [])
+    >>> traj.loss_mask, s.drift  # sampled, the 11 characters of "<t>5</t><a>" observed, sampled
+    ([1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [])
 """
 
 from __future__ import annotations
