@@ -1,7 +1,7 @@
 """The `agent-envs` command.
 
     agent-envs list                      # every registered env id, one line each
-    agent-envs play AgentMath-v0         # play an episode yourself in the terminal
+    agent-envs play AgentMath-v0 max_tool_calls=1 world.difficulty=2   # play an episode yourself
     agent-envs serve-retriever --corpus corpus.jsonl --port 8000
     agent-envs serve-sandbox --port 8100 --workers 8   # the Python sandbox for many rollout workers
     agent-envs sft ... / train --algo grpo ... / evaluate ... / compare ...   (learner extras)
@@ -14,14 +14,22 @@ extra), so `agent_envs` itself never imports learner code.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
+import traceback
+import typing
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from agent_envs.base.config import UserError, add_flags, format_help, option
 
 # modules that may contribute subcommands; missing optional ones are skipped
 _SUBCOMMAND_MODULES = (
     "agent_envs.server.retriever",
     "agent_envs.server.sandbox",
+    "agent_envs.server.env_server",
     "algorithms.cli",
     "baselines.cli",
 )
@@ -35,13 +43,45 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class PlayConfig:
+    """What `agent-envs play` plays: an env, its settings and which task."""
+
+    env: str | None = option(None, "env id (`agent-envs list`); `play ENV` is the same as --env ENV")
+    seed: int = option(0, "seed of reset: it picks the task unless --index is given")
+    index: int | None = option(None, "task index to play (null: drawn from the seed)")
+    env_kwargs: dict = option(factory=dict, help="env settings, e.g. env_kwargs.max_tool_calls=1 or "
+                              "world.difficulty=2 (keys that are not play's own go here)")
+
+
+_PLAY_FLAGS = ("env", "seed", "index")
+
+
+def play_config(args: argparse.Namespace) -> PlayConfig:
+    """The play config of the command line: `ENV` (or env=/--env), flags, then `key=value`; keys
+    that are not play's own are env settings (`max_tool_calls=1` = `env_kwargs.max_tool_calls=1`)."""
+    from agent_envs.base.config import build_config, flag_values
+    from agent_envs.envs import check_env_kwargs
+
+    items = list(args.items)
+    given = flag_values(args, _PLAY_FLAGS, PlayConfig)
+    if items and "=" not in items[0]:
+        given["env"] = items.pop(0)
+    own = {f.name for f in fields(PlayConfig)}
+    overrides = [i if i.split("=", 1)[0].split(".")[0] in own else f"env_kwargs.{i}" for i in items]
+    cfg = build_config(PlayConfig, None, overrides, given=given)
+    if cfg.env is None:
+        raise UserError("play needs an env id: `agent-envs play AgentMath-v0` (`agent-envs list` shows them)")
+    cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
+    return cfg
+
+
 def _play(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
-    import agent_envs  # noqa: F401  (registers the ids)
-
-    env = gym.make(args.env_id, **dict(kv.split("=", 1) for kv in args.kwargs))
-    prompt, info = env.reset(seed=args.seed, options=None if args.index is None else {"index": args.index})
+    cfg = play_config(args)
+    env = gym.make(cfg.env, **cfg.env_kwargs)
+    prompt, info = env.reset(seed=cfg.seed, options=None if cfg.index is None else {"index": cfg.index})
     tool_env = env.unwrapped
     print(prompt)
     print(f"[task {info['task_id']}; end each action with one of {info['stop_sequences'] or ['<answer>...</answer>']}; "
@@ -64,16 +104,28 @@ def _play(args: argparse.Namespace) -> int:
             return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line (exit status 2), like every other
+    user error of `agent-envs`."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent-envs", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="agent-envs", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list registered env ids")
     p.set_defaults(func=_list)
-    p = sub.add_parser("play", help="play an episode in the terminal")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--index", type=int, default=None, help="task index (default: drawn from the seed)")
-    p.add_argument("kwargs", nargs="*", help="env keyword arguments as key=value (strings)")
+    p = sub.add_parser(
+        "play", help="play an episode in the terminal", formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="agent-envs play [ENV] [--env ENV] [--seed N] [--index I] [key=value ...]",
+        epilog=f"config keys (set as key=value):\n{format_help(PlayConfig)}\n\n"
+               f"env settings of the default envs (env_kwargs.KEY=value, or KEY=value):\n{_env_settings_help()}",
+    )
+    add_flags(p, PlayConfig, _PLAY_FLAGS)
+    p.add_argument("items", nargs="*", metavar="ENV | key=value",
+                   help="the env id first (or --env), then settings: max_tool_calls=1, world.difficulty=2")
     p.set_defaults(func=_play)
     for name in _SUBCOMMAND_MODULES:
         try:
@@ -88,9 +140,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _env_settings_help() -> str:
+    """Type and default of every env setting of the three default envs, and their world's keys."""
+    import inspect
+
+    from agent_envs.base.config import describe_config
+    from agent_envs.core.env import ToolEnv
+    from agent_envs.envs import FAMILIES, FAMILY_WORLDS
+    from agent_envs.worlds import WORLDS
+
+    shared = [p for n, p in inspect.signature(ToolEnv.__init__).parameters.items()
+              if n not in ("self", "tasks", "tools")]
+    lines = ["  every env: " + ", ".join(f"{p.name} ({p.annotation}, default {p.default!r})" for p in shared)]
+    for family, (env_id, entry, _) in FAMILIES.items():
+        module, _, name = entry.partition(":")
+        own = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters.values()
+               if p.kind is not p.VAR_KEYWORD]
+        lines.append(f"  {env_id}: " + ", ".join(f"{p.name} ({p.annotation}, default {p.default!r})" for p in own))
+        world = WORLDS[FAMILY_WORLDS[family]].config_class
+        lines += [f"    world.{key} ({tp}, default {default}): {text}" for key, tp, default, text in describe_config(world)]
+    return "\n".join(lines)
+
+
+# what a user's mistake raises: the message names the id, file or key and what to do. OSError
+# covers missing files and folders and a port already in use.
+_USER_MISTAKES = (ValueError, OSError, KeyError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand. A user's mistake (a bad id, file, key or port) is one line on stderr
+    and exit status 2, without a traceback; AGENT_ENVS_TRACEBACK=1 shows the traceback too."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except SystemExit as exc:  # subcommands that stop with a message: the same one-line contract
+        if isinstance(exc.code, str):
+            return _fail(args.command, exc.code, exc)
+        raise
+    except _USER_MISTAKES as exc:
+        return _fail(args.command, _describe(exc), exc)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return f"{exc.strerror or exc}: the port is in use; pick another with --port or stop what listens there"
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
+        text = f"{exc.filename}: {exc.strerror or text}"
+    return text
+
+
+def _fail(command: str, message: str, exc: BaseException) -> int:
+    if os.environ.get("AGENT_ENVS_TRACEBACK"):
+        traceback.print_exception(exc)
+    line = " ".join(message.split())  # one line, whatever the message held
+    prefix = f"agent-envs {command}: "
+    print(line if line.startswith((prefix, f"{command}: ")) else prefix + line, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ def learner_class(algo: str) -> Any:
 
 def _train(args: argparse.Namespace) -> int:
     from agent_envs.base.config import build_config, format_help
+    from agent_envs.envs import check_env_kwargs
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
     from algorithms.core.checkpoint import CheckpointError, resolve_resume
 
@@ -59,6 +60,7 @@ def _train(args: argparse.Namespace) -> int:
     cls = learner_class(args.algo)
     try:  # everything that can be checked without the model, before loading it
         cfg = build_config(cls.config_class, args.config, args.overrides)
+        cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         _check_algo_in_file(args.config, args.algo)
         preflight_learner(cfg)
         start = resolve_resume(args.resume_from or args.resume, cfg.output_dir)
@@ -83,6 +85,7 @@ def _check_algo_in_file(path: str | None, algo: str) -> None:
 
 def _sft(args: argparse.Namespace) -> int:
     from agent_envs.base.config import build_config, format_help
+    from agent_envs.envs import check_env_kwargs
     from algorithms.base.preflight import USER_ERRORS
     from algorithms.sft import SFTConfig, preflight_sft, run_sft
 
@@ -93,6 +96,7 @@ def _sft(args: argparse.Namespace) -> int:
         return 0
     try:
         cfg = build_config(SFTConfig, args.config, args.overrides)
+        cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         preflight_sft(cfg)
     except USER_ERRORS as exc:
         raise SystemExit(f"sft: {type(exc).__name__}: {exc}") from exc

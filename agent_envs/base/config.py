@@ -23,6 +23,12 @@ dataclass (ARPO's `tree`) is a nested mapping in YAML and a dotted key on the co
 
 A preset may start from another file with `inherit: base/tiny.yaml` (relative to the preset,
 chains allowed): the preset's keys replace the inherited ones, and mappings merge key by key.
+
+Every entry point declares its settings this way (learners, SFT, `evaluate`, `compare`,
+`quickstart`, `play`, the worlds, the tree rollout): `add_flags` turns chosen fields into
+`--flags` whose help shows type and default, and `format_help` lists every key for `--help`.
+Mistakes in what a user typed raise `UserError` (a ValueError); the `agent-envs` command prints
+its message as one line and exits with status 2.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ import yaml
 T = TypeVar("T")
 INHERIT = "inherit"
 _MISSING = dataclasses.MISSING
+
+
+class UserError(ValueError):
+    """A mistake in what the user gave (an id, a file, a key): the message says what and what to do."""
 
 
 def option(
@@ -157,9 +167,53 @@ def check_types(cfg: Any, prefix: str = "") -> None:
             check_types(value, f"{prefix}{f.name}.")
 
 
-def _suggest(key: str, names: Sequence[str]) -> str:
+def suggest(key: str, names: Sequence[str]) -> str:
+    """` (did you mean 'x'?)` for the closest of `names`, or "" when none is close.
+
+    >>> suggest("max_tool_cals", ["max_turns", "max_tool_calls"])
+    " (did you mean 'max_tool_calls'?)"
+    """
     close = difflib.get_close_matches(key, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def require(ok: bool, key: str, rule: str, value: Any) -> None:
+    """A range rule: ValueError `config field 'key' <rule>, got <value>` unless `ok`.
+
+    >>> require(3 >= 1, "tree.beam_size", "must be >= 1", 3)
+    """
+    if not ok:
+        raise ValueError(f"config field {key!r} {rule}, got {value!r}")
+
+
+def _accepts_text(tp: Any) -> bool:
+    """Whether a command-line string is the value as is (a str field), not YAML to parse."""
+    if tp is str:
+        return True
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return bool(args) and all(a is str for a in args)
+    return False
+
+
+def parse_text(tp: Any, text: str) -> Any:
+    """A command-line string as a value for a field of type `tp` (None: type unknown).
+
+    String fields take the text as is (`null` aside where None is allowed); lists and tuples
+    also accept `1,4`; everything else is parsed as YAML.
+
+    >>> parse_text(tuple[int, ...], "1,4"), parse_text(str, "yes"), parse_text(int | None, "null")
+    ((1, 4), 'yes', None)
+    """
+    if tp is not None and _accepts_text(tp):
+        if text == "null" and tp is not str:
+            return None
+        return text
+    origin = typing.get_origin(tp) or tp
+    if origin in (tuple, list) and "," in text and not text.lstrip().startswith("["):
+        text = f"[{text}]"
+    value = _parse_value(text)
+    return tuple(value) if origin is tuple and isinstance(value, list) else value
 
 
 def _parse_value(text: str) -> Any:
@@ -217,7 +271,7 @@ def _build(cls: type[T], base: T, data: Mapping[str, Any], where: str, prefix: s
     for key, value in data.items():
         full = prefix + key
         if key not in names:
-            raise ValueError(f"{where}: unknown config key {full!r}{_suggest(key, names)}")
+            raise ValueError(f"{where}: unknown config key {full!r}{suggest(key, names)}")
         tp = hints[key]
         if _is_config(tp):
             if not isinstance(value, Mapping):
@@ -244,7 +298,6 @@ def _override_mapping(cls: type, item: str) -> dict[str, Any]:
     for part in parts[:-1]:
         node[part] = {}
         node = node[part]
-    node[parts[-1]] = _parse_value(text)
     # a dotted key must pass through mappings: a scalar field cannot be reached into
     owner: Any = cls
     for i, part in enumerate(parts[:-1]):
@@ -256,7 +309,26 @@ def _override_mapping(cls: type, item: str) -> dict[str, Any]:
         if not (_is_config(tp) or tp is dict or typing.get_origin(tp) is dict):
             raise ValueError(f"override {item!r}: {'.'.join(parts[: i + 1])!r} is not a mapping")
         owner = tp
+    leaf = _hints(owner).get(parts[-1]) if _is_config(owner) else None
+    node[parts[-1]] = parse_text(leaf, text)
     return root
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], where: str, prefix: str = "", base: T | None = None) -> T:
+    """`cls` (or `base`) with the keys of `data` set: unknown keys at any level are errors naming
+    `where` and the dotted key with the closest valid name; values are type-checked.
+
+    >>> @dataclasses.dataclass
+    ... class World:
+    ...     difficulty: int = option(1, "how hard")
+    >>> from_mapping(World, {"dificulty": 2}, "env_kwargs", "world.")
+    Traceback (most recent call last):
+    ...
+    ValueError: env_kwargs: unknown config key 'world.dificulty' (did you mean 'difficulty'?)
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: {prefix.rstrip('.') or 'the config'} is a mapping of its keys, got {data!r}")
+    return _build(cls, cls() if base is None else base, data, where, prefix)
 
 
 def build_config(
@@ -265,16 +337,21 @@ def build_config(
     overrides: Sequence[str] = (),
     *,
     ignore: Sequence[str] = ("algo",),
+    base: T | None = None,
+    given: Mapping[str, Any] | None = None,
 ) -> T:
-    """Defaults of `cls` ← the preset at `path` (with its `inherit` chain) ← `key=value` overrides;
-    then the type checks and `validate()`.
+    """Defaults of `cls` (or `base`) ← the preset at `path` (with its `inherit` chain) ← `given`
+    (values of `--flags`, already typed) ← `key=value` overrides; then the type checks and
+    `validate()`.
 
     Keys in `ignore` (e.g. `algo`, which the CLI reads itself) may appear at the top of the file.
     """
-    cfg = cls()
+    cfg = cls() if base is None else base
     if path is not None:
         data = {k: v for k, v in load_preset(path).items() if k not in ignore}
         cfg = _build(cls, cfg, data, str(path))
+    if given:
+        cfg = _build(cls, cfg, given, "command line")
     for item in overrides:
         mapping = _override_mapping(cls, item)
         key = item.split("=", 1)[0]
@@ -338,14 +415,48 @@ def format_help(cls: type) -> str:
     return "\n".join(lines)
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_flags(parser: Any, cls: type, names: Sequence[str], *, metavars: Mapping[str, str] | None = None) -> None:
+    """Add `--name` options for fields `names` of `cls`, with the field's help, type and default.
+
+    They default to None, so `flag_values` can tell what was typed; values are parsed by type
+    (`parse_text`) and checked by `build_config(..., given=flag_values(args, names))`.
+    """
+    hints = _hints(cls)
+    defaults = cls() if all(f.default is not _MISSING or f.default_factory is not _MISSING
+                            for f in dataclasses.fields(cls)) else None
+    for name in names:
+        tp = hints[name]
+        default = _show(getattr(defaults, name)) if defaults is not None else "required"
+        text = f"{field_help(cls, name)} ({_type_name(tp)}, default {default})".replace("%", "%%")
+        metavar = (metavars or {}).get(name, _type_name(tp).upper().replace(" ", ""))
+        parser.add_argument(_flag(name), dest=name, default=None, metavar=metavar, help=text)
+
+
+def flag_values(args: Any, names: Sequence[str], cls: type) -> dict[str, Any]:
+    """The `--flags` of `names` that were given, parsed by their field's type."""
+    hints = _hints(cls)
+    return {n: parse_text(hints[n], getattr(args, n)) for n in names if getattr(args, n, None) is not None}
+
+
 __all__ = [
+    "UserError",
+    "add_flags",
     "build_config",
     "check_types",
     "coerce",
     "config_dict",
     "describe_config",
     "field_help",
+    "flag_values",
     "format_help",
+    "from_mapping",
     "load_preset",
     "option",
+    "parse_text",
+    "require",
+    "suggest",
 ]

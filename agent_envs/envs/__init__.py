@@ -8,6 +8,10 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
 import gymnasium as gym
 
 FAMILIES = {
@@ -18,6 +22,8 @@ FAMILIES = {
     "search": ("AgentSearch-v0", "agent_envs.envs.search:make_search_env",
                "synthetic linked web; search + browse; F1 reward"),
 }
+# any id served by `agent-envs serve-env`, played over HTTP (no family: it has no world of its own)
+REMOTE = ("AgentRemote-v0", "agent_envs.remote.env_client:RemoteEnv", "an env served by `agent-envs serve-env`, played over HTTP (url=, env_id=, env_kwargs=)")
 
 
 # The ARPO training sets default to the public ARPO setting: both tools and ARPO's reward recipe.
@@ -39,7 +45,7 @@ def register_envs() -> None:
     The env checks its own call order (step before reset raises), so Gymnasium's OrderEnforcing
     wrapper, which costs a few microseconds per step, is left out.
     """
-    for env_id, entry_point, _ in FAMILIES.values():
+    for env_id, entry_point, _ in (*FAMILIES.values(), REMOTE):
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True, order_enforce=False)
     for name, spec in _benchmarks().items():
@@ -76,9 +82,87 @@ def register_benchmark(spec, **env_defaults) -> str:
     return spec.env_id
 
 
+# the procedural world each family plays by default (its `world=` keyword configures it)
+FAMILY_WORLDS = {"math": "arithmetic", "qa": "knowledge", "search": "web"}
+
+
+def check_env_id(env_id: str, key: str = "env") -> None:
+    """A UserError naming the closest registered id unless `env_id` is one."""
+    from agent_envs.base.config import UserError, suggest
+
+    register_envs()
+    if env_id not in gym.registry:
+        hint = suggest(env_id, list(gym.registry)) or "; `agent-envs list` shows them"
+        raise UserError(f"config field {key!r}: {env_id!r} is not a registered env id{hint}")
+
+
+def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env_kwargs") -> dict[str, Any]:
+    """`env_kwargs` for `gymnasium.make(env_id, **env_kwargs)`, checked without building the env:
+    every key against the env's constructor (its factory and `ToolEnv`), `world` key by key against
+    the family's world config, values against their annotations. Returns the typed kwargs.
+
+        >>> check_env_kwargs("AgentMath-v0", {"max_tool_calls": 2.0, "world": {"difficulty": 2}})
+        {'max_tool_calls': 2, 'world': {'difficulty': 2}}
+        >>> check_env_kwargs("AgentMath-v0", {"max_tool_cals": 2})
+        Traceback (most recent call last):
+        ...
+        agent_envs.base.config.UserError: env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?); see `agent-envs play --help`
+    """
+    from agent_envs.base.config import UserError, coerce, suggest
+    from agent_envs.envs.resources import env_keywords
+    from agent_envs.worlds import WORLDS
+    from agent_envs.worlds.base import world_config
+
+    check_env_id(env_id)
+    if not isinstance(env_kwargs, Mapping):
+        raise UserError(f"config field {key!r} is a mapping of env settings, got {env_kwargs!r}")
+    spec = gym.spec(env_id)
+    family = next((f for f, (_, entry, _) in FAMILIES.items() if entry == spec.entry_point), None)
+    if family is None:  # an id registered by someone else: its constructor is not ours to read
+        return dict(env_kwargs)
+    module, _, name = spec.entry_point.partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    known = env_keywords(factory)
+    hints = _keyword_types(factory)
+    out: dict[str, Any] = {}
+    for k, value in env_kwargs.items():
+        if k not in known:
+            raise UserError(f"{key}.{k}: {env_id} has no such setting{suggest(k, known)}; "
+                            "see `agent-envs play --help`")
+        if k == "world" and value is not None:
+            config_class = WORLDS[FAMILY_WORLDS[family]].config_class
+            config = world_config(config_class, value, where=env_id, prefix=f"{key}.world.")
+            out[k] = {f: getattr(config, f) for f in value} if isinstance(value, Mapping) else value
+        elif k in hints:
+            try:
+                out[k] = coerce(hints[k], value, f"{key}.{k}")
+            except ValueError as exc:
+                raise UserError(f"{env_id}: {exc}") from None
+        else:
+            out[k] = value
+    return out
+
+
+def _keyword_types(factory: Any) -> dict[str, Any]:
+    """Annotations of the factory's and `ToolEnv`'s keywords that can be checked (plain types)."""
+    import typing
+
+    from agent_envs.core.env import ToolEnv
+
+    hints: dict[str, Any] = {}
+    for fn in (ToolEnv.__init__, factory):
+        try:
+            hints.update(typing.get_type_hints(fn))
+        except (NameError, TypeError):  # an annotation that names something not importable here
+            continue
+    simple = (int, float, bool, str, type(None))
+    return {k: tp for k, tp in hints.items()
+            if tp in simple or all(a in simple for a in typing.get_args(tp) or (None,))}
+
+
 def env_summaries() -> list[tuple[str, str]]:
     """(id, one-line description) for every id this package registers."""
-    rows = [(env_id, summary) for env_id, _, summary in FAMILIES.values()]
+    rows = [(env_id, summary) for env_id, _, summary in (*FAMILIES.values(), REMOTE)]
     for name, spec in _benchmarks().items():
         rows.append((spec.env_id, f"{FAMILIES[spec.family][0]} with benchmark={name!r}: {spec.description}"))
     return rows

@@ -24,7 +24,7 @@ from typing import Any
 
 from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.envs.resources import python_tool, resolve_tasks, world_with_tools
+from agent_envs.envs.resources import check_env_keywords, python_tool, resolve_tasks, world_with_tools
 
 
 def make_math_env(
@@ -38,6 +38,7 @@ def make_math_env(
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build a math env. `python` configures the sandbox (see `PythonTool`)."""
+    check_env_keywords(make_math_env, env_kwargs)
     source = resolve_tasks(benchmark, data_files, split, tasks, reward="math")
     if source is None:
         from agent_envs.worlds import ArithmeticConfig, ArithmeticWorld

@@ -28,7 +28,7 @@ from typing import Any
 from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
 from agent_envs.data.loaders import data_dir
-from agent_envs.envs.resources import python_tool, resolve_tasks, shared, world_with_tools
+from agent_envs.envs.resources import check_env_keywords, python_tool, resolve_tasks, shared, world_with_tools
 
 DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 
@@ -67,6 +67,7 @@ def make_qa_env(
     **env_kwargs: Any,
 ) -> ToolEnv:
     """`python` (PythonTool settings, `{}` for defaults) adds the python tool beside search."""
+    check_env_keywords(make_qa_env, env_kwargs)
     source = resolve_tasks(benchmark, data_files, split, tasks, reward="qa")
     if source is None and corpus is None and retriever_url is None:
         from agent_envs.worlds import KnowledgeConfig, KnowledgeWorld

@@ -7,6 +7,8 @@ same configuration share one instance.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import threading
 from collections.abc import Callable
@@ -27,11 +29,37 @@ def shared(kind: str, factory: Callable[..., T], **kwargs: Any) -> T:
 
 
 def world_with_tools(kind: str, world_cls: Any, config_cls: Any, kwargs: dict | None) -> tuple[Any, list]:
-    """The shared procedural world of this configuration and the shared tools it needs."""
-    kwargs = dict(kwargs or {})
+    """The shared procedural world of this configuration and the shared tools it needs.
+
+    `kwargs` (the env's `world=` mapping) is checked key by key against the world's config, so a
+    misspelt field names the closest one instead of failing inside a constructor."""
+    from agent_envs.worlds.base import world_config
+
+    kwargs = dataclasses.asdict(world_config(config_cls, kwargs, where=f"{kind} world"))
     world = shared(f"world:{kind}", lambda **kw: world_cls(config_cls(**kw)), **kwargs)
     tools = shared(f"tools:{kind}", lambda **_: world.make_tools(), **kwargs)
     return world, tools
+
+
+def check_env_keywords(factory: Callable[..., Any], env_kwargs: dict[str, Any]) -> None:
+    """Refuse keywords that neither `factory` nor `ToolEnv` takes, naming the closest one (what
+    `gymnasium.make(id, **kwargs)` hands on to `ToolEnv` would otherwise end in a TypeError)."""
+    from agent_envs.base.config import UserError, suggest
+
+    known = env_keywords(factory)
+    for key in env_kwargs:
+        if key not in known:
+            raise UserError(f"env keyword {key!r} is not a setting of this env{suggest(key, known)}; "
+                            f"settings: {', '.join(known)}")
+
+
+def env_keywords(factory: Callable[..., Any]) -> list[str]:
+    """The keyword settings of an env: the factory's own, then `ToolEnv`'s (those it passes on)."""
+    from agent_envs.core.env import ToolEnv
+
+    names = [n for n, p in inspect.signature(factory).parameters.items() if p.kind is not p.VAR_KEYWORD]
+    names += [n for n in inspect.signature(ToolEnv.__init__).parameters if n not in ("self", "tasks", "tools")]
+    return list(dict.fromkeys(names))
 
 
 def resolve_tasks(benchmark: str | None, data_files: Any, split: str | None, tasks: Any, reward: str) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
 from agent_envs.envs.qa import search_tool
-from agent_envs.envs.resources import resolve_tasks, shared, world_with_tools
+from agent_envs.envs.resources import check_env_keywords, resolve_tasks, shared, world_with_tools
 
 
 def make_search_env(
@@ -50,6 +50,7 @@ def make_search_env(
 ) -> ToolEnv:
     """`search` is `local` (BM25 corpus or retriever server) or `web` (a web-search API; `web`
     holds its settings, e.g. {"provider": "serper", "api_key_env": "SERPER_API_KEY"})."""
+    check_env_keywords(make_search_env, env_kwargs)
     source = resolve_tasks(benchmark, data_files, split, tasks, reward="qa")
     if source is None and corpus is None and retriever_url is None and search == "local":
         from agent_envs.worlds import WebConfig, WebWorld

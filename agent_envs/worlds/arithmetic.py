@@ -39,6 +39,7 @@ from math import gcd
 from random import Random
 from typing import ClassVar
 
+from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
@@ -96,18 +97,16 @@ EASY_FAMILIES = ("add", "sub", "mul")
 class ArithmeticConfig(WorldConfig):
     """Arithmetic world settings. `difficulty` picks the family level (1-3, see the module table)."""
 
-    difficulty: int = 1  # 1: one operation; 2: two operations, modular powers; 3: linear systems, inverses
-    min_digits: int = 2  # operands have between min_digits and max_digits digits
-    max_digits: int = 5
-    easy_fraction: float = 0.0  # share of one-digit add/sub/mul tasks, answerable without the tool
-    teacher_needless_tool: float = 0.0  # share of easy tasks whose trace calls python anyway
+    difficulty: int = option(1, "1: one operation; 2: two operations, modular powers; 3: linear systems, inverses")
+    min_digits: int = option(2, "operands have between min_digits and max_digits digits")
+    max_digits: int = option(5, "the most digits of an operand")
+    easy_fraction: float = option(0.0, "share of one-digit add/sub/mul tasks, answerable without the tool")
+    teacher_needless_tool: float = option(0.0, "share of easy tasks whose gold trace calls python anyway")
 
     max_difficulty: ClassVar[int] = 3
 
     def validate(self) -> None:
         super().validate()
-        self._require_share("easy_fraction")
-        self._require_share("teacher_needless_tool")
         self._require("min_digits", 1 <= self.min_digits <= 12, "must be in [1, 12]")
         self._require("max_digits", self.min_digits <= self.max_digits <= 12, "must be in [min_digits, 12]")
 

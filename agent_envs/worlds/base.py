@@ -20,11 +20,14 @@ not earn the reward.
 
 from __future__ import annotations
 
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
+from functools import cache
 from random import Random
 from typing import Any, ClassVar
 
+from agent_envs.base.config import check_types, from_mapping, option, require, suggest
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
 
@@ -34,42 +37,36 @@ SEED_STRIDE = 1_000_003
 
 @dataclass
 class WorldConfig:
-    """Fields every world has. Subclasses add their own and extend `validate()`."""
+    """Fields every world has. Subclasses add their own (with `option(default, help)`) and extend
+    `validate()`; every float field of a world config is a share in [0, 1]."""
 
-    seed: int = 0  # the world (entities, pages) and every task derive from it
-    difficulty: int = 1  # meaning is per world; see each world's config
-    size: int = 100_000  # len(world): how many task indices are valid
-    # Teacher policy of the gold traces (see `World.takes_shortcut`): the share of traces that
-    # take the world's shortcut (skip the tool, or stop after one hop) and guess a wrong answer.
-    teacher_shortcut: float = 0.0
+    seed: int = option(0, "the world (entities, pages) and every task derive from it")
+    difficulty: int = option(1, "meaning is per world; see each world's config")
+    size: int = option(100_000, "len(world): how many task indices are valid")
+    # Teacher policy of the gold traces (see `World.takes_shortcut`)
+    teacher_shortcut: float = option(
+        0.0, "share of gold traces that take the world's shortcut (skip the tool, stop after one hop) and guess"
+    )
 
     max_difficulty: ClassVar[int] = 1
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field and its allowed range."""
         name = type(self).__name__
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ValueError(f"{name}.{f.name} must be an int, got {value!r}")
-        if self.seed < 0:
-            raise ValueError(f"{name}.seed must be >= 0, got {self.seed}")
-        if not 1 <= self.size <= SEED_STRIDE:
-            raise ValueError(f"{name}.size must be in [1, {SEED_STRIDE}], got {self.size}")
-        self._require_share("teacher_shortcut")
-        if not 1 <= self.difficulty <= self.max_difficulty:
-            raise ValueError(
-                f"{name}.difficulty must be in [1, {self.max_difficulty}], got {self.difficulty}"
-            )
-
-    def _require_share(self, field_name: str) -> None:
-        value = getattr(self, field_name)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
-        self._require(field_name, ok, "must be a share in [0, 1]")
+        for f in fields(self):  # shares first: their rule also covers their type
+            if _hints(type(self))[f.name] is float:
+                self._require(f.name, _is_share(getattr(self, f.name)), "must be a share in [0, 1]")
+        check_types(self, f"{name}.")
+        self._require("seed", self.seed >= 0, "must be >= 0")
+        self._require("size", 1 <= self.size <= SEED_STRIDE, f"must be in [1, {SEED_STRIDE}]")
+        self._require("difficulty", 1 <= self.difficulty <= self.max_difficulty, f"must be in [1, {self.max_difficulty}]")
 
     def _require(self, field_name: str, ok: bool, rule: str) -> None:
-        if not ok:
-            raise ValueError(f"{type(self).__name__}.{field_name} {rule}, got {getattr(self, field_name)!r}")
+        require(ok, f"{type(self).__name__}.{field_name}", rule, getattr(self, field_name))
+
+
+def _is_share(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
 class World(ABC):
@@ -154,8 +151,25 @@ def make_world(name: str, **config: Any) -> World:
     if name not in WORLDS:
         raise KeyError(f"unknown world {name!r}; registered worlds: {sorted(WORLDS)}")
     cls = WORLDS[name]
-    known = {f.name for f in fields(cls.config_class)}
-    unknown = sorted(set(config) - known)
+    known = [f.name for f in fields(cls.config_class)]
+    unknown = sorted(set(config) - set(known))
     if unknown:
-        raise ValueError(f"{cls.config_class.__name__} has no field(s) {unknown}; fields are {sorted(known)}")
-    return cls(cls.config_class(**config))
+        raise ValueError(f"{cls.config_class.__name__} has no field(s) {unknown}{suggest(unknown[0], known)}; "
+                         f"fields are {sorted(known)}")
+    return cls(world_config(cls.config_class, config))
+
+
+def world_config(config_class: type[WorldConfig], values: Any, where: str = "world",
+                 prefix: str = "world.") -> WorldConfig:
+    """A world config from a mapping (`env_kwargs.world`): unknown keys are named with the closest
+    field, values are type-checked, and the world's own rules run (`validate`)."""
+    if isinstance(values, config_class):
+        values = {f.name: getattr(values, f.name) for f in fields(values)}
+    config = from_mapping(config_class, values if values is not None else {}, where, prefix)
+    config.validate()
+    return config
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)

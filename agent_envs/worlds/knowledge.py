@@ -26,6 +26,7 @@ from functools import cached_property
 from random import Random
 from typing import ClassVar
 
+from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
@@ -137,9 +138,9 @@ class Entity:
 class KnowledgeConfig(WorldConfig):
     """Knowledge-base world settings. `difficulty` is the largest hop count (1-4)."""
 
-    difficulty: int = 2  # questions have min_hops..difficulty hops
-    min_hops: int = 1
-    n_people: int = 120  # world size; the other kinds scale with it (cities n/3, companies n/2, ...)
+    difficulty: int = option(2, "questions have min_hops..difficulty hops (1-4)")
+    min_hops: int = option(1, "the fewest hops of a question")
+    n_people: int = option(120, "world size; the other kinds scale with it (cities n/3, companies n/2, ...)")
 
     max_difficulty: ClassVar[int] = 4
 

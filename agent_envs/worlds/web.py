@@ -31,6 +31,7 @@ from html import escape
 from random import Random
 from typing import Any, ClassVar
 
+from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
@@ -69,10 +70,10 @@ ATLAS = "https://atlas.web"
 class WebConfig(WorldConfig):
     """Synthetic web settings. `difficulty` is the largest link depth of an answer (1-4)."""
 
-    difficulty: int = 2  # answers lie min_depth..difficulty links below a search hit
-    min_depth: int = 1
-    n_sites: int = 100  # organisations, each with ~6 pages; towns scale with it
-    page_chars: int = 600  # pages are written short; this is the limit the browse tool applies
+    difficulty: int = option(2, "answers lie min_depth..difficulty links below a search hit (1-4)")
+    min_depth: int = option(1, "the fewest links from a search hit to the answer")
+    n_sites: int = option(100, "organisations, each with ~6 pages; towns scale with it")
+    page_chars: int = option(600, "pages are written short; this is the limit the browse tool applies")
 
     max_difficulty: ClassVar[int] = 4
 

@@ -36,7 +36,8 @@ def _fails_in_a_fresh_process(argv: list[str], *expected: str) -> None:
     proc = run([sys.executable, "-m", "agent_envs.cli", *argv], env=cli_env())
     elapsed, cpu = time.monotonic() - start, _children_cpu_s() - cpu0
     print(f"\n{elapsed:5.2f} s wall, {cpu:4.2f} s CPU: {proc.stderr.strip().splitlines()[-1][:160]}")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
     for text in expected:
         assert text in proc.stderr, (text, proc.stderr[-3000:])
     assert "loading model" not in proc.stdout, "the model was loaded before the error"
@@ -47,12 +48,13 @@ def _fails_in_a_fresh_process(argv: list[str], *expected: str) -> None:
 
 
 def _fails(capsys, argv: list[str], *expected: str) -> None:
-    with pytest.raises(SystemExit) as stopped:
-        main(argv)
-    message = str(stopped.value.code)
+    capsys.readouterr()
+    assert main(argv) == 2
+    out, message = capsys.readouterr()
+    assert len(message.strip().splitlines()) == 1, message
     for text in expected:
         assert text in message, (text, message)
-    assert "loading model" not in capsys.readouterr().out, "the model was loaded before the error"
+    assert "loading model" not in out, "the model was loaded before the error"
     assert "shared" not in message.lower()
 
 
@@ -96,7 +98,9 @@ def test_train_missing_model_env_and_checkpoint(tmp_path, capsys):
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "env=AgentMath-v1"],
            "config field 'env': 'AgentMath-v1' is not a registered env id (did you mean 'AgentMath-v0'?)")  # fmt: skip
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "env_kwargs.max_tool_cals=2"],
-           "config field 'env_kwargs' of AgentMath-v0", "max_tool_cals")  # fmt: skip
+           "env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?)")  # fmt: skip
+    _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "env_kwargs.world.dificulty=2"],
+           "unknown config key 'env_kwargs.world.dificulty' (did you mean 'difficulty'?)")  # fmt: skip
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "--resume-from", str(tmp_path / "elsewhere")],
            "--resume-from", "neither a checkpoint")  # fmt: skip
 

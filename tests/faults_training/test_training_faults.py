@@ -59,7 +59,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(uninterrupted, tmp_
     (ckpt2 / "learner_state.json").write_text("garbage")
     (ckpt4 / "learner_state.json").unlink()
     stopped = run(train_cmd(out, "total_steps=4") + ["--resume"])
-    assert stopped.returncode == 1
+    assert stopped.returncode == 2  # a user error: one line, exit status 2
     assert "train: CheckpointError: resume: no usable checkpoint" in stopped.stderr and "Traceback" not in stopped.stderr
     assert "loading model" not in stopped.stdout
 
@@ -78,7 +78,7 @@ def test_a_full_disk_stops_the_run_and_keeps_its_last_checkpoint(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     # the model file is 2.6 MB: with writes capped at 1 MB the next save fails part-way
     full = run(train_cmd(out, "total_steps=4", "export_model=false") + ["--resume"], preexec_fn=_file_limit(2**20))
-    assert full.returncode == 1, full.stderr[-3000:]
+    assert full.returncode == 2, full.stderr[-3000:]
     last = out / "checkpoints" / "step_00000002"
     assert "train: writing checkpoint" in full.stderr and "step_00000004 failed" in full.stderr
     assert f"the last complete checkpoint, {last}, is intact" in full.stderr

@@ -99,5 +99,5 @@ def test_default_teacher_keeps_the_tasks_of_earlier_releases():
 @pytest.mark.parametrize("field", ["teacher_shortcut", "easy_fraction", "teacher_needless_tool"])
 @pytest.mark.parametrize("bad", [-0.1, 1.5, True, "0.5"])
 def test_shares_outside_zero_one_name_the_field(field, bad):
-    with pytest.raises(ValueError, match=f"ArithmeticConfig.{field} must be a share in"):
+    with pytest.raises(ValueError, match=f"'ArithmeticConfig.{field}' must be a share in"):
         ArithmeticConfig(**{field: bad}).validate()
