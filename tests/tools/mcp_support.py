@@ -1,0 +1,72 @@
+"""A third-party MCP server from PyPI in a venv of its own, for the MCP tool tests.
+
+`mcp-server-calculator` 0.2.1 pins `mcp<2` while this project uses `mcp>=2.3`: it can only run
+from its own venv, which is the point of the test. The venv is built once and cached, keyed by
+version, under the repository's ignored `.cache/mcp-venvs/` (or `$AGENT_ENVS_MCP_VENVS`).
+
+    python tests/tools/mcp_support.py      # build it ahead of the tests (CI does, after install)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CALCULATOR = "mcp-server-calculator==0.2.1"
+ROOT = Path(__file__).resolve().parents[2]
+# what pip prints when the index cannot be reached (no network, a proxy refusing, DNS down)
+_OFFLINE = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
+            "No matching distribution found", "Could not find a version", "ProxyError", "ConnectTimeout")
+
+
+class PyPIUnreachable(RuntimeError):
+    """pip could not download from the package index."""
+
+
+def venv_root() -> Path:
+    return Path(os.environ.get("AGENT_ENVS_MCP_VENVS") or ROOT / ".cache" / "mcp-venvs")
+
+
+def server_venv(requirement: str = CALCULATOR) -> Path:
+    """The venv with `requirement` installed, built on first use (a minute) and reused after."""
+    folder = venv_root() / requirement.replace("==", "-")
+    if (folder / ".complete").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # built in place (a venv's scripts name its path, so it cannot be moved), under a lock, and
+    # marked complete last: a half-built one is never reused
+    with open(folder.parent / (folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / ".complete").is_file():  # another process built it while we waited
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run([_base_python(), "-m", "venv", str(folder)], check=True, capture_output=True)
+        pip = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
+                             capture_output=True, text=True, timeout=600)
+        if pip.returncode != 0:
+            output = pip.stdout + pip.stderr
+            lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+            why = lines[-1] if lines else f"pip exited with {pip.returncode}"
+            if any(marker in output for marker in _OFFLINE):
+                raise PyPIUnreachable(f"PyPI cannot be reached to install {requirement}: {why}")
+            raise RuntimeError(f"pip install {requirement} failed: {why}")
+        (folder / ".complete").write_text(requirement + "\n")
+    return folder
+
+
+def calculator_command() -> list[str]:
+    """The command line that starts the calculator server over stdio."""
+    return [str(server_venv(CALCULATOR) / "bin" / "mcp-server-calculator")]
+
+
+def _base_python() -> str:
+    """The interpreter our venv was made from: the server's venv must not see our packages."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+if __name__ == "__main__":
+    print(calculator_command()[0])
