@@ -22,6 +22,7 @@ _LAZY = {
     "HFEngine": "algorithms.rollout.hf",
     "VLLMEngine": "algorithms.rollout.vllm",
     "OpenAIEngine": "algorithms.rollout.openai",
+    "OpenAIChatEngine": "algorithms.rollout.openai_chat",
     "VLLMServerEngine": "algorithms.rollout.vllm_server",
     "Trajectory": "algorithms.rollout.trajectory",
     "read_jsonl": "algorithms.rollout.trajectory",
