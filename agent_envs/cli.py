@@ -29,6 +29,7 @@ from agent_envs.base.config import UserError, add_flags, format_help, option
 _SUBCOMMAND_MODULES = (
     "agent_envs.server.retriever",
     "agent_envs.server.sandbox",
+    "agent_envs.server.env_server",
     "agent_envs.server.mcp",
     "algorithms.cli",
     "baselines.cli",

@@ -1,0 +1,66 @@
+"""Test helpers of the env server tests: a real `EnvServer` on 127.0.0.1 in a thread of its own,
+and raw HTTP calls that know nothing of our client."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+
+import agent_envs  # noqa: F401  (registers the ids)
+from agent_envs.server.env_server import EnvServer
+
+
+@contextlib.contextmanager
+def serving(env_id: str = "AgentMath-v0", **server_kwargs: Any) -> Iterator[tuple[str, EnvServer]]:
+    """A real server on a free port, on its own event loop and thread, so that the synchronous
+    client calls of a test (which block the test's loop) never wait on the server's loop."""
+    loop = asyncio.new_event_loop()
+    server = EnvServer(env_id, **server_kwargs)
+    started: concurrent.futures.Future[str] = concurrent.futures.Future()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            started.set_result(loop.run_until_complete(server.start(port=0)))
+        except BaseException as exc:  # noqa: BLE001  (handed to the test thread)
+            started.set_exception(exc)
+            return
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    url = started.result(timeout=60)
+    try:
+        yield url, server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def call(method: str, url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any, dict]:
+    """(status, JSON answer, headers) of one plain HTTP request."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"null"), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null"), dict(exc.headers)
+
+
+def gold_episode(env_id: str, seed: int, **env_kwargs: Any) -> tuple[str, list[str]]:
+    """The task id and gold trace that `reset(seed=seed)` of a local env draws."""
+    env = gym.make(env_id, **env_kwargs).unwrapped
+    env.reset(seed=seed)
+    return env.task.id, list(env.task.gold_trace)

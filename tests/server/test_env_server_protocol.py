@@ -1,0 +1,141 @@
+"""The env server against OpenEnv's documented protocol, spoken by raw clients (aiohttp
+WebSocket, urllib), not by our `RemoteEnv`: a whole AgentMath-v0 episode over `/ws` on the task's
+gold trace, the HTTP endpoints' shapes, and malformed payloads answered with 4xx and a reason.
+
+Shapes checked here are those of `openenv-core` 0.3: reset/step answer `{observation, reward,
+done}`; `/ws` messages `{"type": "reset"|"step"|"state"|"close", "data": ...}` are answered
+`{"type": "observation"|"state"|"error", "data": ...}`; errors carry `message` and `code`."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from env_server_helpers import call, gold_episode, serving
+
+OPENENV_METADATA_FIELDS = {"name", "description", "readme_content", "version", "author", "documentation_url"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving("AgentMath-v0") as (url, srv):
+        yield url, srv
+
+
+async def _ws(url: str, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+    return await http.ws_connect(url.replace("http://", "ws://") + "/ws")
+
+
+async def test_openenv_ws_client_plays_the_gold_trace_to_reward_1(server):
+    url, srv = server
+    task_id, gold = gold_episode("AgentMath-v0", seed=7)
+    assert len(gold) >= 2, "the gold trace calls the python tool before answering"
+    async with aiohttp.ClientSession() as http, await _ws(url, http) as ws:
+        await ws.send_json({"type": "reset", "data": {"seed": 7, "episode_id": "ep-7"}})
+        msg = await ws.receive_json()
+        assert msg["type"] == "observation" and set(msg["data"]) == {"observation", "reward", "done"}
+        assert msg["data"]["reward"] is None and msg["data"]["done"] is False
+        first = msg["data"]["observation"]
+        assert first["info"]["task_id"] == task_id and first["text"].startswith("<|im_start|>system")
+        for k, action in enumerate(gold, 1):
+            await ws.send_json({"type": "step", "data": {"message": action}})
+            msg = await ws.receive_json()
+            assert msg["type"] == "observation", msg
+            result = msg["data"]
+            if k < len(gold):  # a tool result to append, no reward yet
+                assert result["done"] is False and result["reward"] == 0.0
+                assert "<result>" in result["observation"]["text"]
+        assert result["done"] is True and result["reward"] == 1.0
+        assert result["observation"]["terminated"] is True and result["observation"]["info"]["correct"] == 1.0
+        await ws.send_json({"type": "state"})
+        state = await ws.receive_json()
+        assert state["type"] == "state"
+        assert state["data"]["episode_id"] == "ep-7" and state["data"]["step_count"] == len(gold)
+        assert len(srv.sessions) == 1
+        await ws.send_json({"type": "close"})
+        closing = await ws.receive()
+        assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+    assert srv.sessions == {}, "a closed connection frees its session"
+
+
+async def test_ws_errors_have_openenv_codes_and_the_connection_survives(server):
+    url, _ = server
+    async with aiohttp.ClientSession() as http, await _ws(url, http) as ws:
+        cases = [
+            ("{not json", "INVALID_JSON", "Invalid JSON"),
+            ('{"type": "dance"}', "UNKNOWN_TYPE", "dance"),
+            ('{"type": "step", "data": {"message": "x"}}', "EXECUTION_ERROR", "reset"),  # step before reset
+            ('{"type": "step", "data": {"message": 3}}', "VALIDATION_ERROR", "Invalid message"),
+            ('{"type": "step", "data": {"message": "x", "temperature": 1}}', "VALIDATION_ERROR", "Invalid message"),
+            ('{"type": "step"}', "VALIDATION_ERROR", "Invalid message"),
+            ('{"type": "reset", "data": {"seed": "zero"}}', "VALIDATION_ERROR", "Invalid message"),
+            ('{"type": "state", "data": {}}', "VALIDATION_ERROR", "Invalid message"),
+        ]
+        for raw, code, words in cases:
+            await ws.send_str(raw)
+            msg = await ws.receive_json()
+            assert msg["type"] == "error" and msg["data"]["code"] == code, (raw, msg)
+            assert words in msg["data"]["message"], (raw, msg)
+        await ws.send_json({"type": "step", "data": {"message": "x", "temperature": 1}})
+        errors = (await ws.receive_json())["data"]["errors"]
+        assert errors[0]["type"] == "extra_forbidden" and errors[0]["loc"] == ["data", "temperature"]
+        await ws.send_json({"type": "reset", "data": {"seed": 1}})
+        assert (await ws.receive_json())["type"] == "observation", "the session still plays after the errors"
+
+
+def test_http_endpoints_answer_with_openenv_shapes(server):
+    url, _ = server
+    assert call("GET", url + "/health")[:2] == (200, {"status": "healthy"})
+    status, meta, _ = call("GET", url + "/metadata")
+    assert status == 200 and set(meta) == OPENENV_METADATA_FIELDS and meta["name"] == "AgentMath-v0"
+    assert isinstance(meta["description"], str) and "arithmetic" in meta["description"]
+    status, schema, _ = call("GET", url + "/schema")
+    assert status == 200 and set(schema) == {"action", "observation", "state"}
+    assert schema["action"]["required"] == ["message"] and schema["action"]["additionalProperties"] is False
+    assert {"text", "terminated", "truncated", "info"} <= set(schema["observation"]["properties"])
+    assert {"episode_id", "step_count"} <= set(schema["state"]["properties"])
+    status, reset, _ = call("POST", url + "/reset", {"seed": 3})
+    assert status == 200 and set(reset) == {"observation", "reward", "done"} and reset["done"] is False
+    assert call("POST", url + "/reset", raw=b"")[0] == 200, "OpenEnv's reset body is optional"
+    status, state, _ = call("GET", url + "/state")
+    assert status == 200 and state["episode_id"] is None and state["step_count"] == 0
+    # OpenEnv's HTTP step builds a fresh env: ours says where episodes are played instead
+    status, answer, _ = call("POST", url + "/step", {"action": {"message": "<answer> 1 </answer>"}})
+    assert status == 409 and "/ws" in answer["detail"] and "/sessions" in answer["detail"]
+    status, openapi, _ = call("GET", url + "/openapi.json")
+    assert status == 200 and openapi["info"]["version"].startswith("1."), "OpenEnv's validator reads 1.x as its profile"
+    assert {"/reset", "/step", "/state", "/ws"} <= set(openapi["paths"])
+    status, rpc, _ = call("POST", url + "/mcp", {})
+    assert status == 200 and rpc["jsonrpc"] == "2.0" and rpc["error"]["code"] == -32600
+
+
+MALFORMED = [
+    # (method, path, raw body, status, words in the reason)
+    ("POST", "/step", b"{oops", 422, "JSON decode error"),
+    ("POST", "/step", b'{"action": {"message": 7}}', 422, "valid string"),
+    ("POST", "/step", b'{"action": {"message": "x", "tool": "python"}}', 422, "Extra inputs"),
+    ("POST", "/step", b'{"action": {"message": "x"}, "timeout_s": 0}', 422, "greater than 0"),
+    ("POST", "/step", b"[1, 2]", 422, "object"),
+    ("POST", "/reset", b'{"seed": -1}', 422, "greater than or equal to 0"),
+    ("POST", "/reset", b'{"seed": true}', 422, "valid integer"),
+    ("POST", "/reset", b'{"options": {"index": 10000000}}', 422, "out of range"),
+    ("POST", "/reset", b'{"options": {"task": "mine"}}', 422, "only 'index'"),
+    ("POST", "/sessions", b'{"env_kwargs": {"max_tool_calz": 1}}', 422, "max_tool_calz"),
+    ("POST", "/sessions/nope/step", b'{"action": {"message": "x"}}', 404, "unknown session 'nope'"),
+    ("GET", "/sessions/nope/state", None, 404, "POST /sessions"),
+    ("DELETE", "/sessions/nope", None, 404, "unknown session"),
+    ("POST", "/sessions/step", b'{"steps": "all"}', 422, "valid array"),
+    ("POST", "/sessions/nope/rewind", b'{"step_count": "one"}', 422, "valid integer"),
+    ("GET", "/no/such/path", None, 404, "Not Found"),
+    ("GET", "/step", None, 405, "Method Not Allowed"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "status", "words"), MALFORMED,
+                         ids=[f"{m} {p} {r!r}"[:60] for m, p, r, _, _ in MALFORMED])
+def test_malformed_requests_get_a_4xx_with_a_reason_and_the_server_lives_on(server, method, path, raw, status,
+                                                                             words):
+    url, _ = server
+    got, answer, _ = call(method, url + path, raw=raw)
+    assert got == status, answer
+    assert words in str(answer["detail"]), answer
+    assert call("GET", url + "/health")[0] == 200
