@@ -21,7 +21,7 @@ other paths run as asyncio tasks; so tool latency hides behind generation.
     (4, True)
 
 Building blocks for other strategies (the ARPO/AEPO tree rollout forks paths between
-iterations): `Path` (one episode in flight), `start_group`, `generate_segments` (one segment for
+iterations): `EpisodeBranch` (one episode in flight), `start_group`, `generate_segments` (one segment for
 a batch of paths), `apply_segment` / `step_paths` (hand segments to the envs and append results).
 """
 
@@ -40,7 +40,7 @@ Status = Literal["active", "finished", "truncated"]
 
 
 @dataclass
-class Path:
+class EpisodeBranch:
     """One episode in flight: its env, its tokens so far and where it came from."""
 
     env: Any  # a ToolEnv (anything with astep / fork / get_state / set_state / stop_sequences)
@@ -100,7 +100,7 @@ class Path:
             self.entropy += [0.0] * len(ids)
         self.texts.append(text)
 
-    def fork(self, traj_id: int, at_boundary: bool = False) -> Path:
+    def fork(self, traj_id: int, at_boundary: bool = False) -> EpisodeBranch:
         """An independent copy that continues from here (or from the last tool-result boundary).
 
         The env is forked too; with `at_boundary=True` the copy is cut back to right after the last
@@ -111,7 +111,7 @@ class Path:
         if at_boundary and self.boundary_state is not None:
             env.set_state(self.boundary_state)
         n_segments = sum(1 for s in self.segment_starts if s < cut)
-        twin = Path(
+        twin = EpisodeBranch(
             env=env,
             prompt_ids=self.prompt_ids,
             group_id=self.group_id,
@@ -183,7 +183,7 @@ def start_group(
     *,
     seed: int | None = None,
     options: dict[str, Any] | None = None,
-) -> list[Path]:
+) -> list[EpisodeBranch]:
     """Reset `env` once and return `group_size` paths on the same prompt (the others are forks)."""
     # The runner holds each path to the budget in the ids the engine produced. The env's own count
     # re-encodes the text, which can differ, and would end answered episodes as over budget.
@@ -194,7 +194,7 @@ def start_group(
     task_id = str(info.get("task_id", ""))
     state = env.get_state()
     return [
-        Path(
+        EpisodeBranch(
             env=e,
             prompt_ids=list(prompt_ids),
             group_id=group_id,
@@ -207,7 +207,7 @@ def start_group(
     ]
 
 
-def segment_params(path: Path, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
+def segment_params(path: EpisodeBranch, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
     """This path's request: its remaining budget as max_tokens, the env's stop strings added."""
     stops = list(dict.fromkeys([*params.stop, *path.env.stop_sequences]))
     seed = request_seed(params.seed, path.traj_id, path.turns)
@@ -217,7 +217,7 @@ def segment_params(path: Path, params: SamplingParams, max_response_tokens: int)
 
 
 async def generate_segments(
-    engine: RolloutEngine, paths: Sequence[Path], params: SamplingParams, max_response_tokens: int
+    engine: RolloutEngine, paths: Sequence[EpisodeBranch], params: SamplingParams, max_response_tokens: int
 ) -> list[Segment]:
     """Generate one segment for every path in one batched engine call and append it (mask 1)."""
     if not paths:
@@ -230,7 +230,7 @@ async def generate_segments(
     return segs
 
 
-async def apply_segment(path: Path, seg: Segment, tokenizer: Any, max_response_tokens: int) -> Path:
+async def apply_segment(path: EpisodeBranch, seg: Segment, tokenizer: Any, max_response_tokens: int) -> EpisodeBranch:
     """Hand the path's newest segment to its env; append the observation or end the path."""
     obs, reward, terminated, truncated, info = await path.env.astep(seg.text)
     budget_spent = path.remaining(max_response_tokens) <= 0
@@ -264,8 +264,8 @@ def truncate_env(env: Any, why: str) -> tuple[float, dict[str, Any]]:
 
 
 async def step_paths(
-    paths: Sequence[Path], segs: Sequence[Segment], tokenizer: Any, max_response_tokens: int
-) -> list[Path]:
+    paths: Sequence[EpisodeBranch], segs: Sequence[Segment], tokenizer: Any, max_response_tokens: int
+) -> list[EpisodeBranch]:
     """`apply_segment` for many paths at once (their tool calls run concurrently)."""
     return list(
         await asyncio.gather(
@@ -276,14 +276,14 @@ async def step_paths(
 
 async def run_paths(
     engine: RolloutEngine,
-    paths: Sequence[Path],
+    paths: Sequence[EpisodeBranch],
     params: SamplingParams,
     max_response_tokens: int,
     *,
     batch_wait_s: float = 0.02,
     batch_max_wait_s: float = 0.25,
-    on_finish: Callable[[Path], None] | None = None,
-) -> list[Path]:
+    on_finish: Callable[[EpisodeBranch], None] | None = None,
+) -> list[EpisodeBranch]:
     """Drive paths to their end, overlapping generation of some with env steps of others.
 
     Env steps that finish in a stream (tool calls queued on a few sandbox workers land a few
@@ -375,7 +375,7 @@ async def run_episodes(
             raise ValueError(
                 f"run_episodes: {len(tasks)} tasks for {len(env_list)} envs; give one task per env"
             )
-    paths: list[Path] = []
+    paths: list[EpisodeBranch] = []
     for i, env in enumerate(env_list):
         options = None
         if tasks is not None:
@@ -400,7 +400,7 @@ async def run_episodes(
         bar.start()
         job = bar.add_task("episodes", total=len(paths))
 
-        def finish(_: Path) -> None:
+        def finish(_: EpisodeBranch) -> None:
             bar.advance(job)
 
     try:
@@ -413,7 +413,7 @@ async def run_episodes(
 
 
 __all__ = [
-    "Path",
+    "EpisodeBranch",
     "apply_segment",
     "encode",
     "generate_segments",

@@ -46,16 +46,16 @@ from algorithms.base.seeds import TREE_ID_STRIDE, tree_traj_id
 from algorithms.rollout.branching import decide_branch, premonitor_global_samples
 from algorithms.rollout.engine import RolloutEngine, SamplingParams
 from algorithms.rollout.entropy import measure_segment
-from algorithms.rollout.runner import Path, generate_segments, run_paths, start_group, step_paths
+from algorithms.rollout.runner import EpisodeBranch, generate_segments, run_paths, start_group, step_paths
 from algorithms.rollout.trajectory import Trajectory
 from algorithms.rollout.tree_config import TreeConfig
 
 
 @dataclass
 class _Node:
-    """Tree bookkeeping of one path, beside the runner's `Path`."""
+    """Tree bookkeeping of one path, beside the runner's `EpisodeBranch`."""
 
-    path: Path
+    path: EpisodeBranch
     prompt: int
     kind: str  # initial | fork | topup | probe
     h_init: float | None = None
@@ -89,7 +89,7 @@ class TreeRolloutResult:
 
     trajectories: list[Trajectory]
     prompts: list[PromptStats]
-    paths: list[Path] = field(default_factory=list)
+    paths: list[EpisodeBranch] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
         """Per-step rollout metrics (docs/algorithms.md §2.11): forks, top-ups, branch rate, ΔH, depth."""
@@ -120,13 +120,13 @@ def tree_metrics(prompts: Sequence[PromptStats], depths: Sequence[int]) -> dict[
     return out
 
 
-def _executed_calls(path: Path) -> int:
+def _executed_calls(path: EpisodeBranch) -> int:
     metrics = getattr(path.env, "metrics", None)
     return sum(metrics.calls.values()) if metrics is not None else 0
 
 
 class TreeRollout:
-    """ARPO/AEPO tree rollouts over the runner's `Path` / `generate_segments` / `step_paths`.
+    """ARPO/AEPO tree rollouts over the runner's `EpisodeBranch` / `generate_segments` / `step_paths`.
 
     Args:
         engine: any `RolloutEngine`; it must return top-K log-probs (`logprobs=K`) or exact
@@ -261,7 +261,7 @@ class TreeRollout:
                 prompt_streak[i] = prompt_streak[i] + 1 if grew[i] else 0
 
         out: list[Trajectory] = []
-        kept_paths: list[Path] = []
+        kept_paths: list[EpisodeBranch] = []
         for i, ns in enumerate(nodes):
             kept = [nd for nd in ns if nd.kind != "probe"]
             if len(kept) != self.budget:  # never duplicate to fill a group (docs/algorithms.md D20)
@@ -296,7 +296,7 @@ class TreeRollout:
         env, prompt_ids, task_id = root
         twin = env.fork()
         tid = tree_traj_id(gid, k)
-        path = Path(
+        path = EpisodeBranch(
             env=twin,
             prompt_ids=list(prompt_ids),
             group_id=gid,
