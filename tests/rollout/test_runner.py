@@ -9,7 +9,7 @@ import pytest
 from rollout_helpers import CalcTool, make_env
 
 from algorithms.rollout import SamplingParams, Trajectory, run_episodes
-from algorithms.rollout.runner import Path, encode, run_paths, start_group
+from algorithms.rollout.runner import EpisodeBranch, encode, run_paths, start_group
 from algorithms.rollout.trajectory import read_jsonl, write_jsonl
 
 
@@ -104,7 +104,7 @@ async def _run_with_envs(engine, **kw):
     tool = kw.pop("tool", None) or CalcTool()
     budget = kw.pop("budget", 256)
     params = kw.pop("params", None) or SamplingParams(temperature=1.0, max_tokens=budget, seed=11)
-    paths: list[Path] = []
+    paths: list[EpisodeBranch] = []
     for g in range(kw.pop("n_prompts", 4)):
         env = make_env(engine.tokenizer, tool, max_response_tokens=budget)
         paths += start_group(env, engine.tokenizer, g, kw.get("group_size", 4), len(paths), seed=g)
@@ -215,7 +215,7 @@ def test_trajectory_jsonl_round_trip_and_errors(tmp_path):
         logprobs=[-0.1, 0.0, -2.0],
         entropy=[0.5, 0.0, 0.7],
         reward=1.0,
-        components={"f1": 0.5, "n_calls": {"python": 1}},
+        components={"f1": 0.5, "calls_per_tool": {"python": 1}},
         group_id=3,
         task_id="x",
         lineage={"root_id": 0},
