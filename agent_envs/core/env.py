@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import inspect
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
 import gymnasium as gym
@@ -33,10 +34,11 @@ from agent_envs.base.messages import MESSAGES
 from agent_envs.base.reward import RewardResult
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool, ToolResult
-from agent_envs.core.protocols import PROMPT_VERSION, ArpoTags, ParsedAction, Protocol, make_protocol
+from agent_envs.core.protocols import PROMPT_VERSION, ParsedAction, Protocol, make_protocol
 from agent_envs.core.spaces import UnicodeText
-from agent_envs.rewards.extract import prediction_in
-from agent_envs.rewards.recipe import RewardFn, RewardRecipe, make_reward
+from agent_envs.rewards.recipe import RewardFn, grader, make_reward
+
+StepResult = tuple[str, float, bool, bool, dict]
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
@@ -78,6 +80,17 @@ def _encodable(action: str) -> str:
     """The action with lone surrogates and other unencodable text replaced: never allowed to crash
     a tokenizer. ASCII text has none, and most actions are ASCII."""
     return action if action.isascii() else action.encode("utf-8", "replace").decode("utf-8")
+
+
+class PromptSetup(NamedTuple):
+    """What the prompt and the parser need of the env's configuration, built once (`_prompt_setup`):
+    the `tools` dict and system prompt text it was built from, to notice when either is replaced."""
+
+    built_from_tools: Mapping[str, Tool]
+    built_from_text: str | None
+    tools: list[Tool]
+    system: str
+    stops: list[str]
 
 
 class TaskSource(TypingProtocol):
@@ -210,7 +223,7 @@ class ToolEnv(gym.Env[str, str]):
         self.tasks = tasks
         self.tools = {t.name: t for t in tools}
         self.protocol = make_protocol(protocol, tokenizer)
-        self.reward_fn = make_reward(reward, **dict(reward_kwargs or {}))
+        self.reward_fn = make_reward(reward, **dict(reward_kwargs or {}))  # the setter picks its grader
         self.max_tool_calls = max_tool_calls
         self.max_calls_per_tool = dict(max_calls_per_tool or {})
         self.max_turns = max_turns if max_turns is not None else max_tool_calls + 4
@@ -225,7 +238,7 @@ class ToolEnv(gym.Env[str, str]):
         self.action_space = UnicodeText(max_length=1 << 24)
         self.metrics = ToolMetrics()
         self.state: EpisodeState | None = None
-        self._setup: tuple = ()  # see `_prompt_setup`
+        self._setup: PromptSetup | None = None  # see `_prompt_setup`
 
     # -- public API -------------------------------------------------------------------------
 
@@ -236,8 +249,17 @@ class ToolEnv(gym.Env[str, str]):
         return self.state.task
 
     @property
+    def reward_fn(self) -> RewardFn:
+        """The reward: a `RewardRecipe` or a callable (see `agent_envs.rewards.recipe`)."""
+        return self._reward_fn
+
+    @reward_fn.setter
+    def reward_fn(self, reward: RewardFn) -> None:
+        self._reward_fn, self._grade = reward, grader(reward)
+
+    @property
     def stop_sequences(self) -> list[str]:
-        return list(self._prompt_setup()[2])
+        return list(self._prompt_setup().stops)
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return self.protocol.format_observation(text, tool)
@@ -254,8 +276,9 @@ class ToolEnv(gym.Env[str, str]):
             elif not 0 <= index < len(self.tasks):
                 raise IndexError(f"options['index']={index} is out of range for {len(self.tasks)} tasks")
             task = self.tasks[index]
-        tools, system, stops = self._prompt_setup()
-        messages = self.protocol.messages(task.question, tools, system)
+        setup = self._prompt_setup()
+        tools, stops = setup.tools, setup.stops
+        messages = self.protocol.messages(task.question, tools, setup.system)
         prompt = self.protocol.render_prompt(messages, self.tokenizer, tools)
         self.state = EpisodeState.start(task, index, prompt, tuple(messages))
         info: dict[str, Any] = {
@@ -269,62 +292,32 @@ class ToolEnv(gym.Env[str, str]):
             info["prompt_token_ids"] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         return prompt, info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+    def step(self, action: str) -> StepResult:
         # `_get_running_loop` answers None where `get_running_loop` would raise: no exception per step
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("step() was called inside a running event loop; use `await env.astep(action)` there")
-        done = self._answer_now(action)
-        if done is not None:
-            return done
-        st, parsed, info, end = self._begin(action)
-        if end is not None:  # answers and budget ends need no event loop: keep them cheap
-            return self._finish(st, info, *end)
-        return asyncio.run_coroutine_threadsafe(self._act(st, parsed, info), background_loop()).result()
+        result = self._step(action)
+        if type(result) is tuple:  # nothing to wait for: no event-loop round trip
+            return result
+        return asyncio.run_coroutine_threadsafe(result, background_loop()).result()
 
-    async def astep(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        done = self._answer_now(action)
-        if done is not None:
-            return done
-        st, parsed, info, end = self._begin(action)
-        if end is not None:
-            return await self._afinish(st, info, *end)
-        return await self._act(st, parsed, info)
-
-    def step_or_defer(self, action: str) -> tuple[tuple[str, float, bool, bool, dict] | None, Coroutine | None]:
-        """The step's result now when it needs no waiting (an answer graded in-process), else the
-        coroutine that finishes it (a tool call, a judge request, symbolic math).
-
-        Exactly one of the pair is None. A batch of answers then costs no event-loop round trip;
-        `await`ing the coroutine gives what `astep` would have.
-        """
-        done = self._answer_now(action)
-        if done is not None:
-            return done, None
-        st, parsed, info, end = self._begin(action)
-        if end is None:
-            return None, self._act(st, parsed, info)
-        grade_now = getattr(self.reward_fn, "grade_now", None)
-        if grade_now is None:
-            if getattr(self.reward_fn, "acall", None) is None:  # a plain callable: astep calls it inline too
-                return self._finish(st, info, *end), None
-            return None, self._afinish(st, info, *end)
-        graded = self._grading_inputs(st)
-        reward = grade_now(st.task, graded[0], graded[1], dict(st.calls))
-        if reward is None:
-            return None, self._afinish(st, info, *end, graded=graded)
-        return self._finish(st, info, *end, reward=reward, graded=graded), None
+    async def astep(self, action: str) -> StepResult:
+        result = self._step(action)
+        return result if type(result) is tuple else await result
 
     def truncate(self, why: str = "response_budget") -> tuple[float, dict]:
         """End the episode from outside, e.g. when a runner's token budget ran out.
 
-        The reward is computed on the partial response, exactly as for a truncation inside
-        `step`, so an episode cut off by a runner scores like one cut off by the env.
+        The reward is computed on the partial response by the same finishing code as a truncation
+        inside `step`, so an episode cut off by a runner scores like one cut off by the env.
         """
         st = self.state
         if st is None or st.done:
             raise RuntimeError("truncate() needs an episode in progress")
-        _, reward, _, _, info = self._finish(st, {"stop_reason": "truncated"}, truncated=True, why=why)
-        return reward, info
+        result = self._finish(st, {"stop_reason": "truncated"}, True, why)
+        if type(result) is not tuple:  # a judge or the symbolic stage: wait for it on the env's loop
+            result = _wait_on_background_loop(result)
+        return result[1], result[4]
 
     def fork(self) -> ToolEnv:
         """An independent copy at the current point of the episode.
@@ -372,50 +365,26 @@ class ToolEnv(gym.Env[str, str]):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _prompt_setup(self) -> tuple[list[Tool], str, list[str]]:
+    def _prompt_setup(self) -> PromptSetup:
         """The enabled tools as a list, the system prompt and the stop strings: built once, not on
         every reset and step, and again only when `tools` or `system_prompt_text` is replaced
         (the prompting baselines swap both on a built env)."""
         setup = self._setup
-        if not setup or setup[0] is not self.tools or setup[1] is not self.system_prompt_text:
+        if setup is None or setup.built_from_tools is not self.tools or setup.built_from_text is not self.system_prompt_text:
             tools = list(self.tools.values())
             text = self.system_prompt_text
             system = text if text is not None else self.protocol.system_prompt(tools)
-            setup = self._setup = (self.tools, text, tools, system, self.protocol.stop_sequences(list(self.tools)))
-        return setup[2], setup[3], setup[4]
+            setup = self._setup = PromptSetup(self.tools, text, tools, system, self.protocol.stop_sequences(list(self.tools)))
+        return setup
 
-    def _answer_now(self, action: str) -> tuple[str, float, bool, bool, dict] | None:
-        """The lean path of the commonest step: a plain answer right after reset (a one-shot
-        episode), graded in-process. None when the step needs the general path.
-
-        It gives exactly what `_begin` and `_finish` give (tests/core/test_answer_path.py compares
-        the two on many actions), without their generality: no tool call to look for, no earlier
-        segment to check the format over, no tokenizer budget, no grader that waits.
-        """
-        st = self.state
-        if (st is None or st.done or st.segments or st.calls or self.tokenizer is not None or type(action) is not str
-                or type(self.protocol) is not ArpoTags or type(self.reward_fn) is not RewardRecipe):
-            return None
-        plain = self.protocol.plain_answer(_encodable(action), self._prompt_setup()[0], self.prefill)
-        if plain is None:
-            return None
-        text, format_ok, format_error, span = plain
-        chars = st.chars + len(text)
-        if chars > self.max_response_chars:
-            return None
-        counts: dict[str, int] = {}  # no tool was called
-        reward = self.reward_fn.grade_now(st.task, text, format_ok, counts, prediction_in(span))
-        if reward is None:  # a judge or the symbolic math stage: the general path awaits it
-            return None
-        self.state = st = st.evolve(segments=((text, True),), chars=chars, turns=st.turns + 1, done=True)
-        score = reward.score
-        # `_finish`'s info, written out in one literal: building it from parts cost a fifth of the step
-        return "", float(score), True, False, {
-            "parsed_action": text, "tool": None, "tool_input": None, "stop_reason": "answer", "flags": [],
-            "n_calls": counts, "tool_calls": 0, "n_invalid_calls": st.invalid_calls, "tool_errors": st.failed_calls,
-            "limit_hit": st.limit_hit, "turns": st.turns, "prompt_version": PROMPT_VERSION, **reward.components,
-            "format_ok": format_ok, "format_error": format_error, "end_reason": "answer", "truncated": False,
-            "reward": score}
+    def _step(self, action: str) -> StepResult | Coroutine[Any, Any, StepResult]:
+        """The one step behind `step`, `astep` and the vector env: the result at once when nothing
+        needs waiting (an answer graded in-process, a budget end), else an awaitable of it (a tool
+        call, a judge request, the symbolic math stage)."""
+        st, parsed, info, end = self._begin(action)
+        if end is None:
+            return self._act(st, parsed, info)
+        return self._finish(st, info, *end)
 
     def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
         """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""
@@ -426,7 +395,7 @@ class ToolEnv(gym.Env[str, str]):
             raise RuntimeError(f"episode of task {st.task.id!r} is over; call env.reset() before stepping again")
         if not isinstance(action, str):
             raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
-        parsed = self.protocol.parse(_encodable(action), self._prompt_setup()[0])
+        parsed = self.protocol.parse(_encodable(action), self._prompt_setup().tools)
         ends = parsed.kind in ("answer", "end")  # marked done in the same copy: one fewer per answer
         st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags,
                           done=ends)
@@ -449,10 +418,10 @@ class ToolEnv(gym.Env[str, str]):
         obs = self.protocol.format_observation(text, parsed.tool)
         grown = self._append(st, obs, by_model=False)
         if self._over_budget(grown):
-            return await self._afinish(st, info, True, "response_budget")
+            return await _settled(self._finish(st, info, True, "response_budget"))
         st = grown
         if st.turns >= self.max_turns:
-            return await self._afinish(st, info, True, "max_turns")
+            return await _settled(self._finish(st, info, True, "max_turns"))
         self.state = st
         info.update(self._episode_info(st))
         return obs, 0.0, False, False, info
@@ -519,38 +488,30 @@ class ToolEnv(gym.Env[str, str]):
         m.max_time_s = max(m.max_time_s, result.latency_s)
         return result
 
-    def _grading_inputs(self, st: EpisodeState) -> tuple[str, bool, str | None]:
-        response = st.response
-        format_ok, format_error = self.protocol.check_format(response, self.prefill)
-        return response, format_ok, format_error
-
-    async def _afinish(
-        self, st: EpisodeState, info: dict, truncated: bool, why: str,
-        graded: tuple[str, bool, str | None] | None = None,
-    ) -> tuple[str, float, bool, bool, dict]:
-        """`_finish` inside an event loop: a reward with an async path (an LLM judge) is awaited."""
-        acall = getattr(self.reward_fn, "acall", None)
-        if acall is None:
-            return self._finish(st, info, truncated, why, graded=graded)
-        graded = graded or self._grading_inputs(st)
-        reward = await acall(st.task, graded[0], graded[1], st.call_counts)
-        return self._finish(st, info, truncated, why, reward, graded)
-
     def _finish(
         self, st: EpisodeState, info: dict, truncated: bool, why: str,
-        reward: RewardResult | None = None, graded: tuple[str, bool, str | None] | None = None,
-        counts: dict[str, int] | None = None,
-    ) -> tuple[str, float, bool, bool, dict]:
-        """End the episode: grade it unless `reward` is given (`graded`: the response and its format
-        verdict, when known; `counts`: the tool-call counts, a copy the caller gives up)."""
+    ) -> StepResult | Coroutine[Any, Any, StepResult]:
+        """End the episode and grade it: the step's result, or an awaitable of it when the grade
+        must be awaited (a judge request, the symbolic math stage)."""
         if not st.done:
             st = st.evolve(done=True)
         self.state = st
-        response, format_ok, format_error = graded or self._grading_inputs(st)
-        if counts is None:
-            counts = dict(st.calls)
-        if reward is None:
-            reward = self.reward_fn(st.task, response, format_ok, counts)
+        response = st.response
+        format_ok, format_error = self.protocol.check_format(response, self.prefill)
+        counts = dict(st.calls)
+        reward = self._grade(st.task, response, format_ok, counts)
+        ended = (st, info, truncated, why, format_ok, format_error, counts)
+        if isinstance(reward, RewardResult) or not inspect.isawaitable(reward):
+            return self._ended(reward, *ended)
+        return self._ended_later(reward, *ended)
+
+    async def _ended_later(self, reward: Awaitable[RewardResult], *ended: Any) -> StepResult:
+        return self._ended(await reward, *ended)
+
+    def _ended(
+        self, reward: RewardResult, st: EpisodeState, info: dict, truncated: bool, why: str, format_ok: bool,
+        format_error: str | None, counts: dict[str, int],
+    ) -> StepResult:
         score = reward.score
         return "", float(score), not truncated, truncated, {
             **info, **self._episode_info(st, counts), **reward.components, "format_ok": format_ok,
@@ -560,7 +521,7 @@ class ToolEnv(gym.Env[str, str]):
     def _episode_info(st: EpisodeState, counts: dict[str, int] | None = None) -> dict[str, Any]:
         counts = dict(st.calls) if counts is None else counts
         return {
-            "n_calls": counts,
+            "calls_per_tool": counts,
             "tool_calls": sum(counts.values()),
             "n_invalid_calls": st.invalid_calls,
             "tool_errors": st.failed_calls,
@@ -570,4 +531,19 @@ class ToolEnv(gym.Env[str, str]):
         }
 
 
-__all__ = ["EpisodeState", "TaskSource", "ToolEnv"]
+async def _settled(result: StepResult | Coroutine[Any, Any, StepResult]) -> StepResult:
+    return result if type(result) is tuple else await result
+
+
+def _wait_on_background_loop(result: Coroutine[Any, Any, StepResult]) -> StepResult:
+    """Block until `result` is done on the loop that runs `step()`'s tool calls (where the tools'
+    and the judge's sessions live). Called from that loop's own thread, it would wait forever."""
+    loop = background_loop()
+    if asyncio._get_running_loop() is loop:
+        result.close()
+        raise RuntimeError("truncate() must wait for a judge or the symbolic math stage, which it cannot do "
+                           "on the env's own event loop: call it from another thread")
+    return asyncio.run_coroutine_threadsafe(result, loop).result()
+
+
+__all__ = ["EpisodeState", "PromptSetup", "StepResult", "TaskSource", "ToolEnv"]

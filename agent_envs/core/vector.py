@@ -3,28 +3,34 @@
 Gymnasium's `make_vec(..., vectorization_mode="sync")` works with every env id here and steps
 envs one after another. RL rollouts step hundreds of episodes whose tool calls take
 milliseconds to seconds, so `ToolVectorEnv` steps them concurrently on one event loop: a slow
-tool call of one episode never blocks the others. Answers need no I/O: they are graded in
-the calling thread, in one pass over the batch, and only the steps that wait (tool calls, a
-judge request, symbolic math) go to the loop.
+tool call of one episode never blocks the others. Each env takes its one step
+(`ToolEnv._step`): the steps that need no waiting (answers graded in-process) finish right
+there, and only those that wait (tool calls, a judge request, symbolic math) go to the loop,
+together.
 
     >>> import agent_envs
     >>> venv = ToolVectorEnv.make("AgentMath-v0", num_envs=4)
     >>> prompts, infos = venv.reset(seed=0)
     >>> actions = [e.unwrapped.task.gold_trace[0] for e in venv.envs]
     >>> obs, rewards, terminated, truncated, infos = venv.step(actions)
-    >>> len(obs)
-    4
+    >>> len(obs), infos["tool"].tolist(), infos["_tool"].all()
+    (4, ['python', 'python', 'python', 'python'], np.True_)
+
+`infos` follows Gymnasium's vector convention: one dict, each key holding an array over the envs
+and `infos["_key"]` the boolean mask of the envs whose info has that key (a nested dict is
+batched the same way, inside). Numbers and flags get numeric arrays, anything else an object
+array; an env without the key holds 0, False or None there.
 
 Autoreset follows Gymnasium's "next step" mode: the step after an episode ended resets that
-env (its action is ignored) and returns the new prompt. An action of `None` leaves that env
-untouched this step (`infos[i]["skipped"] = True`), so a runner can step only the episodes whose
-generation finished.
+env (its action is ignored, `infos["autoreset"]` is set) and returns the new prompt. An action of
+`None` leaves that env untouched this step (`infos["skipped"]`), so a runner can step only the
+episodes whose generation finished.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -54,22 +60,22 @@ class ToolVectorEnv:
     def tool_env(self, i: int) -> ToolEnv:
         return self._tool_envs[i]
 
-    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None) -> tuple[list[str], list[dict]]:
+    def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None) -> tuple[list[str], dict]:
         seeds = list(seed) if isinstance(seed, Sequence) else [None if seed is None else seed + i for i in range(self.num_envs)]
         if len(seeds) != self.num_envs:
             raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} envs")
         results = [env.reset(seed=s, options=options) for env, s in zip(self.envs, seeds, strict=True)]
         self._needs_reset = [False] * self.num_envs
-        return [r[0] for r in results], [r[1] for r in results]
+        return [r[0] for r in results], batch_infos([r[1] for r in results])
 
-    async def astep(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    async def astep(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, dict]:
         results, waiting = self._step_now(actions)
         if waiting:
             for i, result in zip(waiting, await _gather(list(waiting.values())), strict=True):
                 results[i] = self._record(i, result)
         return self._batch(results)
 
-    def step(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    def step(self, actions: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, dict]:
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("step() was called inside a running event loop; use `await venv.astep(actions)` there")
         results, waiting = self._step_now(actions)
@@ -80,11 +86,8 @@ class ToolVectorEnv:
         return self._batch(results)
 
     def _step_now(self, actions: Sequence[str | None]) -> tuple[list, dict[int, Coroutine]]:
-        """Step every env whose step needs no waiting (answers, resets, skips) right here; return
-        the results so far and the coroutines of the others (tool calls), by env index.
-
-        Answers need no I/O, so a batch of them is graded in one pass without a coroutine per env.
-        """
+        """Take every env's step (`ToolEnv._step`), or its autoreset or skip; return the results of
+        those that needed no waiting and the coroutines of the others, by env index."""
         if len(actions) != self.num_envs:
             raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")
         results: list = [None] * self.num_envs
@@ -98,11 +101,11 @@ class ToolVectorEnv:
                 elif action is None:
                     results[i] = ("", 0.0, False, False, {"skipped": True})
                 else:
-                    now, later = self._tool_envs[i].step_or_defer(action)
-                    if later is None:
-                        results[i] = self._record(i, now)
+                    result = self._tool_envs[i]._step(action)
+                    if type(result) is tuple:
+                        results[i] = self._record(i, result)
                     else:
-                        waiting[i] = later
+                        waiting[i] = result
         except BaseException:
             for coro in waiting.values():  # never started: close them so none is left un-awaited
                 coro.close()
@@ -114,13 +117,59 @@ class ToolVectorEnv:
         return result
 
     @staticmethod
-    def _batch(results: list) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    def _batch(results: list) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, dict]:
         obs, rew, term, trunc, infos = zip(*results, strict=True)
-        return list(obs), np.array(rew, dtype=np.float64), np.array(term), np.array(trunc), list(infos)
+        return list(obs), np.array(rew, dtype=np.float64), np.array(term), np.array(trunc), batch_infos(infos)
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+_ABSENT: Any = object()  # the key is not in this env's info
+_NUMBER_KINDS = {frozenset({bool}): np.bool_, frozenset({int}): np.int64, frozenset({bool, int}): np.int64,
+                 frozenset({float}): np.float64, frozenset({int, float}): np.float64,
+                 frozenset({bool, float}): np.float64, frozenset({bool, int, float}): np.float64}
+
+
+def batch_infos(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One info per env as Gymnasium's vector `infos`: every key an array over the envs, with its
+    `_key` mask of the envs that have it; a dict value batched the same way, recursively.
+
+    >>> out = batch_infos([{"reward": 1.0, "tool": None}, {"reward": 0.5, "calls_per_tool": {"search": 2}}])
+    >>> out["reward"].tolist(), out["_tool"].tolist(), out["calls_per_tool"]["search"].tolist()
+    ([1.0, 0.5], [True, False], [0, 2])
+
+    Unlike Gymnasium's `VectorEnv._add_info`, whose array takes the type of the first env's value,
+    the array type fits every env's value: an F1 of 0 in one env and 0.5 in the next stay 0.0
+    and 0.5, not 0 and 0.
+    """
+    n = len(infos)
+    columns: dict[str, list] = {}
+    for i, info in enumerate(infos):
+        for key, value in info.items():
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = [_ABSENT] * n
+            column[i] = value
+    out: dict[str, Any] = {}
+    for key, column in columns.items():
+        mask = np.fromiter((v is not _ABSENT for v in column), dtype=np.bool_, count=n)
+        out[key] = _column(column)
+        out[f"_{key}"] = mask
+    return out
+
+
+def _column(values: list) -> Any:
+    """The array of one info key over the envs (absent values: 0, False, None or an empty dict)."""
+    kinds = {type(v) for v in values}
+    kinds.discard(type(_ABSENT))
+    number = _NUMBER_KINDS.get(frozenset(kinds))
+    if number is not None:
+        return np.array([0 if v is _ABSENT else v for v in values], dtype=number)
+    if kinds == {dict}:
+        return batch_infos([{} if v is _ABSENT else v for v in values])
+    return np.fromiter((None if v is _ABSENT else v for v in values), dtype=object, count=len(values))
 
 
 async def _gather(coros: list[Coroutine]) -> list:

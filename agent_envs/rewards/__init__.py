@@ -11,14 +11,13 @@ from agent_envs.rewards.extract import extract_prediction, last_boxed
 from agent_envs.rewards.judge import JudgeNotConfigured, JudgeVerdict, LLMJudge
 from agent_envs.rewards.math import amath_reward, math_equal, math_reward
 from agent_envs.rewards.qa import normalize_answer, qa_reward, token_f1
-from agent_envs.rewards.recipe import RECIPES, RewardRecipe, acorrectness, correctness, make_reward
+from agent_envs.rewards.recipe import RECIPES, RewardRecipe, correctness, make_reward
 
 __all__ = [
     "RECIPES",
     "JudgeNotConfigured",
     "JudgeVerdict",
     "LLMJudge",
-    "acorrectness",
     "amath_reward",
     "math_equal",
     "RewardRecipe",

@@ -25,9 +25,14 @@ F1 too in this recipe (`\\frac{1}{2}` becomes "frac12"), as in the reference; `m
 still reported in the components.
 
 Judge tasks (`task.reward == "judge"`) use `RewardRecipe(judge=LLMJudge(...))` when given, and
-exact match otherwise, with `judge_fallback` saying why. Only `standard` and `binary` call the
-judge; `f1` and `arpo` never pay for it. From async code use `await recipe.acall(...)`: the judge
-request and the symbolic math stage then do not block the event loop.
+exact match otherwise, with `judge_fallback` saying why; a judge task without a prediction is
+wrong with no request made. Only `standard` and `binary` call the judge; `f1` and `arpo` never
+pay for it.
+
+Each recipe grades in one place, `grade(task, response, format_ok, tool_calls)`: it returns the
+`RewardResult` when in-process checks decide, else an awaitable of it (a judge request, or a math
+answer only the symbolic stage can decide), which `ToolEnv` awaits on its event loop so nothing
+blocks it. Calling the recipe, `recipe(...)`, is `grade` waited for in place.
 
     >>> from agent_envs.base.task import Task
     >>> r = make_reward("arpo")(Task("t", "q?", ["Paris"]), "<think>x</think><answer>\\\\boxed{Paris}</answer>", True, {})
@@ -37,29 +42,29 @@ request and the symbolic math stage then do not block the event loop.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_envs.base.reward import RewardResult
 from agent_envs.base.task import Task
 from agent_envs.rewards.extract import extract_prediction
 from agent_envs.rewards.judge import JudgeVerdict, LLMJudge
-from agent_envs.rewards.math import DEFAULT_TIMEOUT_S, amath_reward, math_equal
+from agent_envs.rewards.math import DEFAULT_TIMEOUT_S, math_equal
 from agent_envs.rewards.qa import qa_scores
 
 RECIPES = ("standard", "binary", "f1", "arpo")
 _NO_JUDGE = "em: no judge configured (RewardRecipe(judge=LLMJudge(...)))"
+T = TypeVar("T")
 
 
-_EXTRACT: Any = object()  # `pred` not given: extract it from the response
-
-
-def _base(task: Task, response: str, hedge: bool = True, pred: str | None = _EXTRACT) -> dict[str, Any]:
-    if pred is _EXTRACT:
-        pred = extract_prediction(response)
+def _base(task: Task, response: str, hedge: bool = True) -> dict[str, Any]:
+    pred = extract_prediction(response)
     return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
 
 
@@ -67,11 +72,11 @@ def _exact(task: Task, pred: str | None) -> float:
     return float(pred is not None and pred.strip() in [a.strip() for a in task.answers])
 
 
-def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
+def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> dict[str, Any]:
     if verdict is None:
         comps["judge_fallback"] = _NO_JUDGE
         comps["correct"] = comps["em"]
-        return
+        return comps
     comps["judge_raw"] = verdict.raw
     if verdict.screened:
         comps["judge_screened"] = verdict.screened
@@ -82,37 +87,57 @@ def _apply_verdict(comps: dict[str, Any], verdict: JudgeVerdict | None) -> None:
     else:
         comps["judge_equal"] = float(verdict.correct)
         comps["correct"] = comps["judge_equal"]
+    return comps
 
 
-def correctness(
-    task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
-    symbolic: bool = True,
-    hedge: bool = True,
-    pred: str | None = _EXTRACT,
-) -> dict[str, Any] | None:
-    """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
-    `pred`. Never raises: a grader failure gives `correct = 0` and `grader_error`. With
-    `symbolic=False`, a math answer that needs the symbolic stage gives None (grade it later).
-    `hedge`: score a prediction listing alternatives as its weakest one (`qa_scores`). `pred`:
-    the response's prediction when the caller has it already (`extract_prediction`'s result)."""
+# Nothing to judge: wrong, not a judge failure, and no request is made.
+_NO_PREDICTION = JudgeVerdict(False, "", None)
+
+
+def _components(
+    task: Task, response: str, judge: LLMJudge | None, math_timeout: float, hedge: bool,
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    """The correctness components of the task's kind, plus `correct` (0/1) and `pred`: at once
+    when in-process checks decide, else an awaitable of them (a judge request, or a math answer
+    only the symbolic stage can decide). The one grader behind `grade` and `correctness`."""
     try:
-        comps = _base(task, response, hedge, pred)
+        comps = _base(task, response, hedge)
         pred = comps["pred"]
         kind = task.reward
         if kind == "qa":  # the commonest kind first
             comps["correct"] = comps["em"]
         elif kind == "math":
-            ok, mc = math_equal(pred, task.answers, math_timeout, symbolic=symbolic)
+            ok, mc = math_equal(pred, task.answers, math_timeout, symbolic=False)
             if ok is None:
-                return None
+                return _symbolic(comps, pred, task.answers, math_timeout)
             comps.update(mc, math_equal=float(ok), correct=float(ok))
         elif kind == "exact":
             comps["correct"] = _exact(task, pred)
-        else:  # judge (Task checks its kind)
-            verdict = judge.judge(task.question, task.answers, pred) if judge and pred is not None else None
-            _apply_verdict(comps, verdict if judge else None)
+        elif judge is None:  # judge (Task checks its kind)
+            _apply_verdict(comps, None)
+        elif pred is None:
+            _apply_verdict(comps, _NO_PREDICTION)
+        else:
+            return _judged(comps, judge, task, pred)
         return comps
     except Exception as e:  # graders never raise (docs/envs.md, Graders)
+        return _grader_failure(e)
+
+
+async def _symbolic(comps: dict[str, Any], pred: str, golds: list[str], timeout: float) -> dict[str, Any]:
+    """The symbolic math stage, in a thread: the event loop keeps running while a worker computes."""
+    try:
+        ok, mc = await asyncio.to_thread(math_equal, pred, golds, timeout)
+        comps.update(mc, math_equal=float(ok), correct=float(ok))
+        return comps
+    except Exception as e:
+        return _grader_failure(e)
+
+
+async def _judged(comps: dict[str, Any], judge: LLMJudge, task: Task, pred: str) -> dict[str, Any]:
+    try:
+        return _apply_verdict(comps, await judge.ajudge(task.question, task.answers, pred))
+    except Exception as e:
         return _grader_failure(e)
 
 
@@ -122,30 +147,33 @@ def _grader_failure(exc: Exception) -> dict[str, Any]:
             "grader_error": f"{type(exc).__name__}: {exc}"}
 
 
-async def acorrectness(
+def wait_for_grade(result: T | Awaitable[T]) -> T:
+    """`result`, awaited here when it is awaitable: the blocking driver of `grade` for code
+    without an event loop. With a loop running in this thread, the awaitable runs to completion
+    on a helper thread's loop and this call blocks (prefer `await` there)."""
+    if not inspect.isawaitable(result):
+        return result
+
+    async def run() -> T:  # asyncio.run takes a coroutine; a plain callable may return any awaitable
+        return await result
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run())
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, run()).result()
+
+
+def correctness(
     task: Task, response: str, judge: LLMJudge | None = None, math_timeout: float = DEFAULT_TIMEOUT_S,
     hedge: bool = True,
 ) -> dict[str, Any]:
-    """`correctness` for async callers: the judge request is awaited and symbolic math runs in a
-    thread, so the event loop is never blocked."""
-    try:
-        if task.reward == "math":
-            comps = _base(task, response, hedge)
-            r = await amath_reward(response, task.answers, math_timeout)
-            comps.update(r.components, correct=r.score)
-            return comps
-        if task.reward == "judge" and judge is not None:
-            comps = _base(task, response, hedge)
-            verdict = None
-            if comps["pred"] is not None:
-                verdict = await judge.ajudge(task.question, task.answers, comps["pred"])
-            else:
-                verdict = JudgeVerdict(False, "", None)  # nothing to judge: wrong, not a judge failure
-            _apply_verdict(comps, verdict)
-            return comps
-    except Exception as e:
-        return _grader_failure(e)
-    return correctness(task, response, None, math_timeout, hedge=hedge)
+    """Every correctness component that applies to the task's kind, plus `correct` (0/1) and
+    `pred`, waiting here for a judge or the symbolic stage. Never raises: a grader failure gives
+    `correct = 0` and `grader_error`. `hedge`: score a prediction listing alternatives as its
+    weakest one (`qa_scores`)."""
+    return wait_for_grade(_components(task, response, judge, math_timeout, hedge))
 
 
 @dataclass(frozen=True)
@@ -216,39 +244,41 @@ class RewardRecipe:
             score += self.multi_tool_bonus
         return RewardResult(float(score) - cost, comps)
 
+    def grade(
+        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
+    ) -> RewardResult | Awaitable[RewardResult]:
+        """The reward of a finished response: a `RewardResult` when in-process checks decide, else
+        an awaitable of one (a judge request, or a math answer only the symbolic stage can
+        decide). `ToolEnv` awaits it on its event loop; `recipe(...)` waits for it here."""
+        comps = _components(task, response, self.judge if self.uses_judge else None, self.math_timeout,
+                            self.hedge)
+        if isinstance(comps, dict):
+            return self._score(task, comps, format_ok, tool_calls)
+        return self._score_later(comps, task, format_ok, tool_calls)
+
+    async def _score_later(
+        self, comps: Awaitable[dict[str, Any]], task: Task, format_ok: bool, tool_calls: Mapping[str, int]
+    ) -> RewardResult:
+        return self._score(task, await comps, format_ok, tool_calls)
+
     def __call__(
         self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
     ) -> RewardResult:
-        judge = self.judge if self.uses_judge else None
-        comps = correctness(task, response, judge, self.math_timeout, hedge=self.hedge)
-        return self._score(task, comps, format_ok, tool_calls)
-
-    def grade_now(
-        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int],
-        pred: str | None = _EXTRACT,
-    ) -> RewardResult | None:
-        """The reward when it needs no waiting, else None (then `await acall(...)`): judge tasks
-        with a judge configured and math answers only the symbolic stage can decide wait.
-        `pred`: the response's prediction, when the caller has it already."""
-        if task.reward == "judge" and self.judge is not None and self.uses_judge:
-            return None
-        comps = correctness(task, response, None, self.math_timeout, symbolic=False, hedge=self.hedge, pred=pred)
-        return None if comps is None else self._score(task, comps, format_ok, tool_calls)
-
-    async def acall(
-        self, task: Task, response: str, format_ok: bool, tool_calls: Mapping[str, int]
-    ) -> RewardResult:
-        """The same reward, for async code (ToolEnv.astep): nothing blocks the event loop."""
-        judge = self.judge if self.uses_judge else None
-        comps = await acorrectness(task, response, judge, self.math_timeout, self.hedge)
-        return self._score(task, comps, format_ok, tool_calls)
+        """`grade`, waiting here for what it awaits (a plain `RewardFn`, for code without a loop)."""
+        return wait_for_grade(self.grade(task, response, format_ok, tool_calls))
 
 
 def _both_tools(tool_calls: Mapping[str, int]) -> bool:
     return bool(tool_calls.get("search")) and bool(tool_calls.get("python"))
 
 
-RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult]
+RewardFn = Callable[[Task, str, bool, Mapping[str, int]], RewardResult | Awaitable[RewardResult]]
+
+
+def grader(reward: RewardFn | RewardRecipe) -> RewardFn:
+    """What an env calls to grade a finished response: a recipe's `grade`, or the callable itself
+    (its result may be a `RewardResult` or an awaitable one)."""
+    return reward.grade if isinstance(reward, RewardRecipe) else reward
 
 
 def make_reward(spec: str | RewardFn | RewardRecipe, **kwargs: Any) -> RewardFn:

@@ -103,7 +103,7 @@ def test_scripted_episode_solves_task():
     env.reset(options={"index": 0})
     obs, r, term, trunc, info = env.step(GOOD[0])
     assert obs == " <result>\n42\n</result>" and (r, term, trunc) == (0.0, False, False)
-    assert info["tool"] == "python" and info["tool_input"] == "6*7" and info["n_calls"] == {"python": 1}
+    assert info["tool"] == "python" and info["tool_input"] == "6*7" and info["calls_per_tool"] == {"python": 1}
     obs, r, term, trunc, info = env.step(GOOD[1])
     assert (obs, r, term, trunc) == ("", 1.0, True, False)
     assert info["format_ok"] and info["math_equal"] == 1.0 and info["pred"] == "42"
@@ -177,7 +177,7 @@ def test_repeated_query_not_executed_but_counted():
     env.step('<think>x</think><search>Acme founder</search>')
     obs, *_, info = env.step('<think>x</think><search> Acme  "founder" </search>')
     assert MESSAGES["repeated_query"] in obs and info["repeated_query"]
-    assert look.calls == ["Acme founder"] and info["n_calls"] == {"search": 2}
+    assert look.calls == ["Acme founder"] and info["calls_per_tool"] == {"search": 2}
 
 
 def test_response_budget_truncates_without_appending():
@@ -246,7 +246,10 @@ def test_json_protocol_episode():
     obs, *_ = env.step('<tool_call>{"name": "python", "arguments": {"code": "6*7"}}</tool_call>')
     assert "<tool_response>\n42\n</tool_response>" in obs
     _, r, term, _, info = env.step("So the answer is \\boxed{42}.")
-    assert (r, term, info["format_ok"]) == (1.0, True, True)
+    assert (r, term, info["format_ok"], info["format_error"]) == (1.0, True, True, None)
+    env.reset(options={"index": 0})
+    _, r, term, _, info = env.step("I am not sure.")
+    assert (r, term, info["format_ok"], info["format_error"]) == (-1.0, True, False, "no_answer")
 
 
 def test_reward_recipes():
@@ -285,19 +288,133 @@ def test_truncate_from_outside_scores_the_partial_response():
         env.truncate()
 
 
-async def test_async_reward_path_is_awaited_inside_astep():
-    """A reward with `acall` (an LLM judge) must not block the event loop: astep awaits it."""
+async def test_an_awaitable_reward_is_awaited_inside_astep():
+    """A reward that must wait (an LLM judge) never blocks the event loop: astep awaits it."""
     from agent_envs.base.reward import RewardResult
 
-    class AsyncOnly:
-        async def acall(self, task, response, format_ok, tool_calls):
-            await asyncio.sleep(0)
-            return RewardResult(0.5, {"judge_equal": 1.0})
+    async def judged(task, response, format_ok, tool_calls):
+        await asyncio.sleep(0)
+        return RewardResult(0.5, {"judge_equal": 1.0})
 
-        def __call__(self, *args):
-            raise AssertionError("the blocking path was used inside the event loop")
-
-    env = make_env(reward=AsyncOnly())
+    env = make_env(reward=judged)
     env.reset(options={"index": 0})
     _, r, term, _, info = await env.astep(GOOD[1])
     assert (r, term, info["judge_equal"]) == (0.5, True, 1.0)
+
+
+def test_an_awaitable_reward_is_awaited_by_step_and_truncate_too():
+    from agent_envs.base.reward import RewardResult
+
+    loops = []
+
+    async def judged(task, response, format_ok, tool_calls):
+        loops.append(asyncio.get_running_loop())
+        return RewardResult(0.25, {"judge_equal": 0.0})
+
+    env = make_env(reward=judged)
+    env.reset(options={"index": 0})
+    assert env.step(GOOD[1])[1] == 0.25
+    env.reset(options={"index": 0})
+    env.step(GOOD[0])
+    reward, info = env.truncate("length")
+    assert reward == 0.25 and info["judge_equal"] == 0.0 and len(set(loops)) == 1  # the env's own loop
+
+
+def test_a_plain_reward_callable_keeps_working():
+    from agent_envs.base.reward import RewardResult
+
+    env = make_env(reward=lambda task, response, format_ok, tool_calls: RewardResult(0.75, {"seen": len(response)}))
+    env.reset(options={"index": 0})
+    _, r, _, _, info = env.step(GOOD[1])
+    assert r == 0.75 and info["seen"] == len(GOOD[1])
+
+
+def test_a_subclassed_protocol_or_recipe_is_what_grades():
+    from agent_envs.core.protocols import ArpoTags
+    from agent_envs.rewards.recipe import RewardRecipe
+
+    class Strict(ArpoTags):
+        def check_format(self, response: str, prefill: str = "") -> tuple[bool, str | None]:
+            return False, "strict"
+
+    class Halved(RewardRecipe):
+        def grade(self, *args):  # a subclass may change the grading itself
+            result = super().grade(*args)
+            result.score /= 2
+            return result
+
+    task = Task("t", "q?", ["Paris"])
+    answer = "<think> x </think> <answer> \\boxed{Paris} </answer>"
+    env = ToolEnv([task], protocol=Strict())
+    env.reset(seed=0)
+    assert env.step(answer)[4]["format_error"] == "strict"
+    env = ToolEnv([task], reward=Halved())
+    env.reset(seed=0)
+    assert env.step(answer)[1] == 0.5
+
+
+# Answers of every shape: right, wrong, hedged, malformed, non-ASCII, with tool tags in them.
+SHAPES = (
+    "<think> so </think> <answer> The answer is \\boxed{{{gold}}}. </answer>",
+    "<think> so </think><answer>\\boxed{{{gold}}}</answer> trailing words",
+    "<answer> \\boxed{{{gold}}} </answer>",
+    "<think> a </think> <think> b <answer> \\boxed{{{gold}}} </answer>",
+    "<think> so </think> <answer> x <answer> \\boxed{{{gold} or Lyon}} </answer>",
+    "<think> so </think> <answer> {gold} </answer> <answer> again </answer>",
+    "<think> so </think> <search> q </search> <answer> \\boxed{{{gold}}} </answer>",
+    "<think> so </think> <result> fake </result> <answer> \\boxed{{{gold}}} </answer>",
+    "<think> so </think> no answer block, \\boxed{{{gold}}}",
+    "<think> \u00e9t\u00e9 </think> <answer> \\boxed{{\\frac{{1}}{{2}}}} </answer>",
+    "<think> so </think> <answer> \\boxed{{unclosed </answer>",
+)
+
+
+@pytest.mark.parametrize("env_id", ["AgentQA-HotpotQA-v0", "AgentMath-MATH500-v0", "AgentSearch-v0"])
+def test_step_and_astep_give_the_same_results(env_id: str, shared_data) -> None:
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401  (registers the ids)
+
+    env = gym.make(env_id, reward="arpo").unwrapped
+    for seed in range(3):
+        env.reset(seed=seed)
+        gold = env.task.answers[0]
+        for shape in SHAPES:
+            action = shape.format(gold=gold)
+            outcomes = []
+            for step in (env.step, lambda a: asyncio.run(env.astep(a))):
+                env.reset(seed=seed)
+                obs, reward, terminated, truncated, info = step(action)
+                info.get("tool_result", {}).pop("latency_s", None)
+                outcomes.append((obs, reward, terminated, truncated, list(info.items()), env.get_state()))
+            assert outcomes[0] == outcomes[1], action
+
+
+def test_vector_env_serves_a_batch_of_answers_like_single_envs(shared_data) -> None:
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401  (registers the ids)
+    from agent_envs.core.vector import ToolVectorEnv
+
+    venv = ToolVectorEnv.make("AgentQA-HotpotQA-v0", num_envs=8)
+    singles = [gym.make("AgentQA-HotpotQA-v0") for _ in range(8)]
+    venv.reset(seed=0)
+    actions = [f"<think> x </think> <answer> \\boxed{{{e.unwrapped.task.answers[0]}}} </answer>" for e in venv.envs]
+    actions[3] = "<think> x </think> <answer> \\boxed{nobody at all} </answer>"
+    obs, rewards, terminated, truncated, infos = venv.step(actions)
+    for i, env in enumerate(singles):
+        env.reset(seed=i)
+        o, r, term, trunc, info = env.step(actions[i])
+        assert (obs[i], rewards[i], terminated[i], truncated[i]) == (o, r, term, trunc)
+        assert _unbatched(infos, i) == info
+    assert rewards.tolist() == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def _unbatched(infos: dict, i: int) -> dict:
+    """Env `i`'s info out of Gymnasium-style vector infos: the keys its masks mark, in order."""
+    out = {}
+    for key, column in infos.items():
+        if not key.startswith("_") and infos[f"_{key}"][i]:
+            value = _unbatched(column, i) if isinstance(column, dict) else column[i]
+            out[key] = value.item() if hasattr(value, "item") else value
+    return out

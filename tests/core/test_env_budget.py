@@ -49,7 +49,7 @@ def test_tool_result_over_the_budget_truncates(how):
     obs, reward, terminated, truncated, info = run_step(env, how)
     assert (obs, terminated, truncated) == ("", False, True), info
     assert info["end_reason"] == "response_budget" and info["truncated"] is True
-    assert tool.calls == ["6*7"] and info["n_calls"] == {"python": 1}  # the call ran and counts
+    assert tool.calls == ["6*7"] and info["calls_per_tool"] == {"python": 1}  # the call ran and counts
     assert env.state.done and env.state.response == ACTION  # the result was not appended
     assert reward == -1.0  # no answer: the format penalty of the standard recipe
     with pytest.raises(RuntimeError, match="episode of task 'm0' is over"):

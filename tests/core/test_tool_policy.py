@@ -52,7 +52,7 @@ def test_new_tool_through_arpo_tags():
     assert MESSAGES["repeated_query"] in obs and info["repeated_query"] and tool.calls == ["olleh"]
     _, reward, done, _, info = env.step("<think>so</think><answer>\\boxed{hello}</answer>")
     # the format check knows the new tag: each call is closed and answered by a result block
-    assert done and reward == 1.0 and info["format_ok"] and info["n_calls"] == {"reverse": 2}
+    assert done and reward == 1.0 and info["format_ok"] and info["calls_per_tool"] == {"reverse": 2}
 
 
 def test_new_tool_through_json_tool_calls():

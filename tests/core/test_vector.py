@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import numpy as np
 import pytest
 
 from agent_envs import Task, Tool, ToolEnv, ToolResult
 from agent_envs.core.env import background_loop
-from agent_envs.core.vector import ToolVectorEnv
+from agent_envs.core.vector import ToolVectorEnv, batch_infos
 
 
 class Gate(Tool):
@@ -60,9 +61,12 @@ def test_autoreset_next_step_and_skipped_envs():
     prompts, infos = venv.reset(seed=[5, 6])
     gold = [f"<think>x</think><answer>\\boxed{{{venv.tool_env(i).task.answers[0]}}}</answer>" for i in range(2)]
     obs, rew, term, trunc, infos = venv.step([gold[0], None])
-    assert rew.tolist() == [1.0, 0.0] and term.tolist() == [True, False] and infos[1]["skipped"]
+    assert rew.tolist() == [1.0, 0.0] and term.tolist() == [True, False]
+    assert infos["_skipped"].tolist() == [False, True] and infos["skipped"][1]
+    assert infos["_pred"].tolist() == [True, False] and infos["pred"][0] == venv.tool_env(0).task.answers[0]
     obs, rew, term, trunc, infos = venv.step(["ignored", gold[1]])
-    assert infos[0]["autoreset"] and obs[0].endswith("assistant\n") and rew.tolist() == [0.0, 1.0]
+    assert infos["_autoreset"].tolist() == [True, False] and obs[0].endswith("assistant\n") and rew.tolist() == [0.0, 1.0]
+    assert infos["_messages"].tolist() == [True, False] and infos["task_id"][0] == venv.tool_env(0).task.id
 
 
 def test_reset_seeds_make_episodes_reproducible():
@@ -97,7 +101,7 @@ def test_answers_are_graded_while_the_event_loop_is_busy():
         gold = [f"<think>x</think><answer>\\boxed{{{venv.tool_env(i).task.answers[0]}}}</answer>" for i in range(4)]
         obs, rew, term, trunc, infos = venv.step(gold)
         assert not release.is_set() and not held.done()
-        assert rew.tolist() == [1.0] * 4 and term.all() and all(i["format_ok"] for i in infos)
+        assert rew.tolist() == [1.0] * 4 and term.all() and infos["format_ok"].all()
     finally:
         release.set()
         held.result(10)
@@ -112,21 +116,34 @@ def test_answers_and_tool_calls_in_one_batch():
     obs, rew, term, trunc, infos = venv.step(actions)
     assert term.tolist() == [True, False, True, False]
     assert rew[0] == 1.0 and rew[2] < 1.0 and obs[1:4:2] == [" <result>\nabout a\n</result>", " <result>\nabout b\n</result>"]
-    assert infos[1]["tool"] == "search" and infos[0]["pred"] is not None
+    assert infos["tool"].tolist() == [None, "search", None, "search"] and infos["pred"][0] is not None
+    assert infos["_pred"].tolist() == [True, False, True, False]
+    assert infos["calls_per_tool"]["search"].tolist() == [0, 1, 0, 1]
+    assert infos["calls_per_tool"]["_search"].tolist() == [False, True, False, True]
+    assert infos["tool_result"]["ok"].dtype == bool and infos["tool_result"]["latency_s"].dtype == float
 
 
-def test_step_or_defer_waits_only_for_what_needs_waiting():
-    """Answers come back at once; a tool call, and a math answer only the symbolic stage can
-    decide, come back as coroutines that `astep` would have run; the result is the same."""
-    env = ToolEnv([Task(id="m", question="sin 45?", answers=["\\frac{\\sqrt{2}}{2}"], reward="math")], [Gate(1)])
-    env.reset(seed=0)
-    now, later = env.step_or_defer("<think>x</think><answer>\\boxed{\\frac{\\sqrt{2}}{2}}</answer>")
-    assert later is None and now[1] == 1.0 and now[4]["math_method"] == "cheap"
-    env.reset(seed=0)
-    now, later = env.step_or_defer("<think>x</think><answer>\\boxed{\\frac{1}{\\sqrt{2}}}</answer>")
-    assert now is None
-    obs, reward, terminated, truncated, info = asyncio.run(later)
-    assert reward == 1.0 and terminated and info["math_method"] != "cheap"
-    env.reset(seed=0)
-    now, later = env.step_or_defer("<think>x</think><search>q</search>")
-    assert now is None and asyncio.run(later)[0] == " <result>\nabout q\n</result>"
+def test_answers_graded_in_process_and_math_that_waits_in_one_batch():
+    """An answer the cheap checks decide comes back at once; one only the symbolic stage can
+    decide, and a tool call, wait on the loop; each gets what a single env's step gives."""
+    task = Task(id="m", question="sin 45?", answers=["\\frac{\\sqrt{2}}{2}"], reward="math")
+    venv = ToolVectorEnv([lambda: ToolEnv([task], [Gate(1)]) for _ in range(3)])
+    venv.reset(seed=0)
+    cheap = "<think>x</think><answer>\\boxed{\\frac{\\sqrt{2}}{2}}</answer>"
+    symbolic = "<think>x</think><answer>\\boxed{\\frac{1}{\\sqrt{2}}}</answer>"
+    obs, rew, term, trunc, infos = venv.step([cheap, symbolic, "<think>x</think><search>q</search>"])
+    assert rew.tolist() == [1.0, 1.0, 0.0] and term.tolist() == [True, True, False]
+    assert infos["math_method"][0] == "cheap" and infos["math_method"][1] not in ("cheap", None)
+    assert obs[2] == " <result>\nabout q\n</result>"
+
+
+def test_infos_follow_gymnasiums_vector_convention():
+    """Each key an array over the envs with its `_key` mask; a nested dict batched inside; numbers
+    of mixed kinds become floats (Gymnasium's own `_add_info` would take the first env's type)."""
+    infos = batch_infos([{"f1": 0, "flags": [], "calls": {"search": 1}},
+                         {"f1": 0.5, "flags": ["x"], "ok": True}])
+    assert infos["f1"].tolist() == [0.0, 0.5] and infos["f1"].dtype == np.float64
+    assert infos["flags"].dtype == object and infos["flags"].tolist() == [[], ["x"]]
+    assert infos["ok"].tolist() == [False, True] and infos["_ok"].tolist() == [False, True]
+    assert infos["calls"]["search"].tolist() == [1, 0] and infos["_calls"].tolist() == [True, False]
+    assert infos["calls"]["_search"].tolist() == [True, False]

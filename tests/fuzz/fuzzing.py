@@ -25,7 +25,10 @@ PROTOCOLS = ("arpo", "json")
 
 
 def env_ids() -> list[str]:
-    return sorted(i for i in gym.registry if i.startswith("Agent") and gym.spec(i).entry_point.startswith("agent_envs."))
+    """The registered ids of our envs; a remote env (`agent_envs.remote`) plays a served one, which
+    is fuzzed here under its own id, so it has no server of its own to fuzz."""
+    return sorted(i for i in gym.registry if i.startswith("Agent") and gym.spec(i).entry_point.startswith("agent_envs.")
+                  and not gym.spec(i).entry_point.startswith("agent_envs.remote."))
 
 
 def make_kwargs(env_id: str) -> dict:

@@ -149,12 +149,33 @@ def test_recipe_uses_the_judge_for_judge_tasks_and_says_when_it_falls_back(
         assert "judge_equal" not in arpo.components and n == 2  # the arpo recipe never calls the judge
 
         async def via_async():
-            return await make_reward("standard", judge=judge).acall(
+            return await make_reward("standard", judge=judge).grade(
                 task, resp.replace("Seine", "river"), True, {}
             )
 
         ar = asyncio.run(via_async())
         assert ar.score == 1.0 and len(srv.requests) == n + 1
+
+
+def test_a_judge_task_without_a_prediction_is_wrong_alike_in_both_drivers() -> None:
+    """No prediction, judge configured: wrong, no request made, and the same components whether
+    the grade is waited for in place (`recipe(...)`) or awaited (`await recipe.grade(...)`)."""
+    task = Task(id="g1", question=Q, answers=GOLD, reward="judge")
+    no_answer = "<think>x</think> I give up."
+    with FakeJudgeServer(scripted) as srv:
+        recipe = make_reward("standard", judge=LLMJudge(base_url=srv.url, model="m"))
+        in_place = recipe(task, no_answer, False, {})
+
+        async def awaited():
+            graded = recipe.grade(task, no_answer, False, {})
+            return await graded if asyncio.iscoroutine(graded) else graded
+
+        from_loop = asyncio.run(awaited())
+        assert srv.requests == []
+    assert in_place.components == from_loop.components and in_place.score == from_loop.score == -1.0
+    comps = in_place.components
+    assert comps["pred"] is None and comps["correct"] == 0.0 and comps["judge_equal"] == 0.0
+    assert "judge_fallback" not in comps  # a judge is configured: nothing fell back
 
 
 def test_judge_from_reward_kwargs_or_environment(monkeypatch: pytest.MonkeyPatch) -> None:

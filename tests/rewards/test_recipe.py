@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from agent_envs.base.reward import RewardResult
 from agent_envs.base.task import Task
 from agent_envs.core.protocols import arpo_format_check
 from agent_envs.rewards import RewardRecipe, make_reward
+from agent_envs.rewards.recipe import grader, wait_for_grade
 
 QA = Task(id="q", question="Who?", answers=["Frank Lowy"], reward="qa")
 MATH = Task(id="m", question="1/2?", answers=["\\frac{1}{2}"], reward="math")
@@ -71,10 +73,24 @@ def test_bad_config_is_a_clear_error() -> None:
         make_reward(3)
 
 
-async def test_async_path_matches_sync() -> None:
+async def test_grade_is_awaited_only_when_it_must_wait_and_agrees_with_the_blocking_call() -> None:
+    """`grade` answers at once when in-process checks decide; an answer only the symbolic stage
+    can decide comes back as an awaitable. Awaited or waited for in place, the verdict is one."""
     for recipe in (make_reward("standard"), make_reward("arpo")):
-        for task, response in [(MATH, resp("0.5")), (MATH, resp("\\sqrt{8}")), (QA, resp("Frank"))]:
+        for task, response, waits in [(MATH, resp("0.5"), False), (MATH, resp("2\\sqrt{2}"), True),
+                                      (QA, resp("Frank"), False)]:
             ok, _ = arpo_format_check(response)
-            a = await recipe.acall(task, response, ok, {})
+            graded = recipe.grade(task, response, ok, {})
+            assert isinstance(graded, RewardResult) is not waits, response
+            a = await graded if waits else graded
             s = recipe(task, response, ok, {})
-            assert a.score == s.score and a.components["correct"] == s.components["correct"]
+            assert a.score == s.score and a.components == s.components
+
+
+def test_a_plain_callable_may_return_an_awaitable() -> None:
+    async def later(task, response, format_ok, tool_calls):
+        return RewardResult(0.5, {"why": "async"})
+
+    fn = make_reward(later)
+    assert grader(fn) is later and wait_for_grade(fn(QA, "x", True, {})).score == 0.5
+    assert grader(make_reward("f1")).__func__ is RewardRecipe.grade

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_envs.base.tool import Tool, known_tool_tags
 from agent_envs.core.protocols.base import ParsedAction, Protocol
@@ -37,19 +37,25 @@ def strip_code_fence(text: str) -> str:
     return (m.group(1) if m else text).strip("\n")
 
 
-_patterns: tuple = (None, None, None)
+class TagPatterns(NamedTuple):
+    """The known tool tags and the pattern of any known tool's opening tag (`_tag_patterns`)."""
+
+    tags: tuple[str, ...] | None
+    opening: re.Pattern[str] | None
 
 
-def _tag_patterns() -> tuple[tuple[str, ...], re.Pattern[str], re.Pattern[str]]:
-    """The known tool tags, the pattern of any known tool's opening tag, and that of any opening
-    or closing tool tag or result block. Rebuilt only when a new tool class appears:
+_patterns = TagPatterns(None, None)
+
+
+def _tag_patterns() -> TagPatterns:
+    """The known tool tags and their opening tags' pattern. Rebuilt only when a new tool class appears:
     `known_tool_tags()` returns the same tuple until then, and hashing it for a cache lookup on
     every step cost more than the search."""
     global _patterns
     tags = known_tool_tags()
-    if _patterns[0] is not tags:
+    if _patterns.tags is not tags:
         names = "|".join(map(re.escape, tags))
-        _patterns = (tags, re.compile(f"<({names})>"), re.compile(f"</?(?:{names})>|<result>"))
+        _patterns = TagPatterns(tags, re.compile(f"<({names})>"))
     return _patterns
 
 
@@ -76,7 +82,7 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
         return False, why
     # every tool call is followed, in order, by its closing tag and a result block
     pos = 0
-    opening = _tag_patterns()[1]
+    opening = _tag_patterns().opening
     while (m := opening.search(response, pos)) is not None:
         tag = m.group(1)
         close = response.find(f"</{tag}>", m.end())
@@ -166,33 +172,6 @@ class ArpoTags(Protocol):
         if answer_end >= 0 and action.find("<answer>", 0, answer_end) >= 0:
             return ParsedAction("answer", action[: answer_end + 9], flags=flags)  # 9: len("</answer>")
         return ParsedAction("end", action, reason="no_answer", flags=flags)
-
-    def plain_answer(self, action: str, tools: Sequence[Tool], prefill: str = "") -> tuple[str, bool, str | None, str] | None:
-        """When `action` is a plain answer, an answer block with no tool tag and no result block
-        anywhere in it: the action as `parse` cuts it, `check_format`'s verdict on it as a whole
-        response (ok, failing rule), and the answer block's content. None otherwise.
-
-        The commonest last step, and all of a one-shot episode, costs one pass here instead of a
-        `parse`, a `check_format` and a search for the answer block; the env's lean answer path
-        uses it.
-        """
-        end = action.find("</answer>")
-        if end < 0:
-            return None
-        start = action.find("<answer>", 0, end)
-        if start < 0:
-            return None
-        tags, _, any_tag = _tag_patterns()
-        for tool in tools:
-            if tool.name not in tags:  # a tool named on an instance only: `parse` decides
-                return None
-        if any_tag.search(action) is not None:
-            return None
-        # cut after the first closing tag: the block from the first opening tag to it is the one
-        # `answer_span` reads in the text (no complete block follows it)
-        text = action[: end + 9]
-        why = _tag_counts(text, prefill) or _boxed_in(text, start, end)
-        return text, why is None, why, text[start + 8 : end]
 
     def format_observation(self, text: str, tool: str | None = None) -> str:
         return f" <result>\n{text}\n</result>"

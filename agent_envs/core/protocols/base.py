@@ -57,8 +57,10 @@ class Protocol(ABC):
         """The exact text appended to the response after a tool call (loss mask 0)."""
 
     def check_format(self, response: str, prefill: str = "") -> tuple[bool, str | None]:
-        """Was the protocol used correctly over the whole response? (ok, failing rule)."""
-        return extract_prediction(response) is not None, "no_answer"
+        """Was the protocol used correctly over the whole response? (ok, failing rule: None when ok)."""
+        if extract_prediction(response) is not None:
+            return True, None
+        return False, "no_answer"
 
     def messages(self, question: str, tools: Sequence[Any], system_prompt: str | None = None) -> list[dict]:
         return [
