@@ -46,7 +46,7 @@ from agent_envs.server import env_wire as wire
 
 log = logging.getLogger(__name__)
 
-# the reply cached per session so a step retried after a lost answer is not played twice
+# no step answered yet (see `Session.last_reply`)
 _NO_REPLY: tuple[str | None, dict | None] = (None, None)
 
 
@@ -66,6 +66,7 @@ class Session:
     history: list[tuple[Any, bool, int]] = field(default_factory=list)
     last_used: float = field(default_factory=time.monotonic)
     busy: bool = False
+    # (request_id, answer) of the last step: a step retried after a lost answer is not played twice
     last_reply: tuple[str | None, dict | None] = _NO_REPLY
     ws: web.WebSocketResponse | None = None
 
@@ -126,13 +127,15 @@ class EnvServer:
                 self._templates.popitem(last=False)
         return env
 
-    def _open(self, kind: str, env_kwargs: dict[str, Any] | None = None) -> Session:
+    def _open(self, kind: str, env_kwargs: dict[str, Any] | None = None, env: Any = None) -> Session:
+        """A new session on a fresh env (a fork of the template), or on `env` (a fork of another)."""
         if len(self.sessions) >= self.max_sessions:
             self.stats["rejected"] += 1
             raise wire.RequestError(503, f"server at capacity: {len(self.sessions)}/{self.max_sessions} sessions "
                                          "active; close sessions (DELETE /sessions/{id}) or restart with a "
                                          "larger --max-sessions")
-        env = self._template(env_kwargs or {}).fork()
+        if env is None:
+            env = self._template(env_kwargs or {}).fork()
         session = Session(uuid.uuid4().hex, env, kind)
         self.sessions[session.id] = session
         self.stats["sessions_opened"] += 1
@@ -399,8 +402,7 @@ class EnvServer:
         parent = self._get(request.match_info["sid"])
         if parent.busy:
             raise wire.RequestError(409, f"session {parent.id}: a step is in flight; fork after its answer")
-        child = self._open("http")
-        child.env = parent.env.fork()
+        child = self._open("http", env=parent.env.fork())
         for name in ("episode_id", "step_count", "done", "task_id", "tool_calls"):
             setattr(child, name, getattr(parent, name))
         child.history = list(parent.history)

@@ -116,3 +116,19 @@ async def test_a_ws_connection_beyond_capacity_is_told_why():
             msg = await ws.receive_json()
             assert msg["type"] == "error" and msg["data"]["code"] == "CAPACITY_REACHED"
             assert msg["data"]["max_sessions"] == 1
+
+
+def test_a_step_past_its_timeout_is_504_and_leaves_the_episode_where_it_was():
+    _, gold = gold_episode("AgentMath-v0", seed=1)
+    with serving("AgentMath-v0") as (url, _):
+        sid = _open(url)
+        call("POST", f"{url}/sessions/{sid}/reset", {"seed": 1})
+        slow = {"action": {"message": "<python> import time; time.sleep(2) </python>"}, "timeout_s": 0.3}
+        start = time.monotonic()
+        status, answer, _ = call("POST", f"{url}/sessions/{sid}/step", slow)
+        assert status == 504 and "timeout_s=0.3" in answer["detail"] and time.monotonic() - start < 1.5
+        status, state, _ = call("GET", f"{url}/sessions/{sid}/state")
+        assert (state["step_count"], state["tool_calls"]) == (0, 0)
+        for action in gold:
+            result = _step(url, sid, action)
+        assert result["reward"] == 1.0 and result["observation"]["info"]["tool_calls"] == len(gold) - 1
