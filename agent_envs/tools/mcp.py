@@ -25,6 +25,7 @@ directions: these tools in an env, and our tools served with `agent-envs serve-m
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import json
@@ -266,8 +267,7 @@ def _stop_loop(state: dict[str, Any]) -> None:
     async def shut_down() -> None:
         if stop is not None:
             stop.set()
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        if pending:
+        if pending := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
             await asyncio.wait(pending, timeout=10)
 
     with contextlib.suppress(Exception):  # a wedged server must not hang close or exit
@@ -284,8 +284,8 @@ class McpTool(Tool):
 
     For a tool with exactly one argument the bare value works too, when it is not a JSON object
     (`<python>print(1)</python>`, or the JSON protocol's single-argument call), so gold traces of
-    our own tools replay through their MCP form. `name` is the tag / function name (default: the MCP tool's name, which
-    `mcp_name` keeps), `timeout_s` the time budget of one call.
+    our own tools replay through their MCP form. `name` is the tag / function name (default: the
+    MCP tool's name, which `mcp_name` keeps), `timeout_s` the time budget of one call.
     """
 
     argument = "arguments"
@@ -363,15 +363,13 @@ class McpTool(Tool):
         text = text.strip()
         single = next(iter(self.properties)) if len(self.properties) == 1 else None
         value: Any = None
-        parsed = False
-        if text.startswith("{"):
-            try:
-                value, parsed = json.loads(text), True
-            except (ValueError, RecursionError) as exc:
-                if single is None:
-                    raise McpCallError("bad_arguments", f"{self.name}: the arguments are not valid JSON ({exc}); "
-                                       f"write one JSON object like {self.argument}") from None
-        if parsed and isinstance(value, dict):  # even for one argument: wrong names are a mistake to report
+        try:
+            value = json.loads(text) if text.startswith("{") else None
+        except (ValueError, RecursionError) as exc:
+            if single is None:
+                raise McpCallError("bad_arguments", f"{self.name}: the arguments are not valid JSON ({exc}); "
+                                   f"write one JSON object like {self.argument}") from None
+        if isinstance(value, dict):  # even for one argument: wrong names are a mistake to report
             args = value
         elif single is not None:
             args = {single: _coerce(text, self.properties[single])}
@@ -382,11 +380,10 @@ class McpTool(Tool):
         if missing:
             raise McpCallError("bad_arguments", f"{self.name}: missing required argument(s) {', '.join(missing)}; "
                                f"write one JSON object like {self.argument}")
-        if self.input_schema.get("additionalProperties") is False:
-            extra = sorted(set(args) - set(self.properties))
-            if extra:
-                raise McpCallError("bad_arguments", f"{self.name}: unknown argument(s) {', '.join(extra)}; "
-                                   f"it takes {', '.join(self.properties) or 'none'}")
+        extra = sorted(set(args) - set(self.properties))
+        if extra and self.input_schema.get("additionalProperties") is False:
+            raise McpCallError("bad_arguments", f"{self.name}: unknown argument(s) {', '.join(extra)}; "
+                               f"it takes {', '.join(self.properties) or 'none'}")
         for key, val in args.items():
             expected = self.properties.get(key, {}).get("type") if isinstance(self.properties.get(key), Mapping) else None
             if not _type_ok(val, expected):
@@ -395,20 +392,17 @@ class McpTool(Tool):
         return args
 
     async def call(self, arg: str) -> ToolResult:
+        meta = {"server": self.connection.label}
         try:
             args = self.arguments(arg)
             result = await self.connection.call_tool(self.mcp_name, args, self.call_timeout_s)
         except McpCallError as exc:
-            return ToolResult(str(exc), ok=False, error=exc.kind, metadata={"server": self.connection.label})
+            return ToolResult(str(exc), ok=False, error=exc.kind, metadata=meta)
         text = _result_text(result)
-        meta = {"server": self.connection.label}
         if getattr(result, "is_error", False):
             return ToolResult(truncate_middle(text or f"{self.name} failed", self.max_output_chars), ok=False,
                               error=_error_kind(text, self.mcp_name), metadata=meta)
         return ToolResult(truncate_middle(text, self.max_output_chars) if text else "(no output)", metadata=meta)
-
-    async def aclose(self) -> None:  # the connection is the toolset's to close: envs share it
-        return None
 
 
 def _type_name(schema: Any) -> str:
@@ -426,13 +420,17 @@ def _type_ok(value: Any, expected: Any) -> bool:
 
 
 def _coerce(text: str, schema: Any) -> Any:
-    """The bare value of a one-argument call, as its schema's type (numbers and objects are JSON)."""
+    """The bare value of a one-argument call, as its schema's type: JSON, or the Python form the
+    JSON protocol writes a lone non-string argument in (`str({'a': 1})`)."""
     if _type_name(schema) in ("string", "value") or "string" in _type_name(schema).split("|"):
         return text
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text  # the type check names the mismatch
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+            return list(value) if isinstance(value, tuple) else value
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            continue
+    return text  # the type check names the mismatch
 
 
 def _result_text(result: Any) -> str:
@@ -525,10 +523,8 @@ class McpToolset:
             raise RuntimeError(f"McpToolset: {exc}") from None
 
     def _read_listing(self) -> list[dict[str, Any]]:
-        assert self.listing is not None
         try:
-            data = json.loads(self.listing.read_text(encoding="utf-8"))
-            specs = data["tools"]
+            specs = json.loads(self.listing.read_text(encoding="utf-8"))["tools"]  # type: ignore[union-attr]
             if not all(isinstance(s, dict) and isinstance(s.get("name"), str) for s in specs):
                 raise TypeError("every tool needs a name")
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -538,11 +534,9 @@ class McpToolset:
 
     def _build(self, specs: list[dict[str, Any]]) -> list[McpTool]:
         names = [s["name"] for s in specs]
-        if self.allow is not None:
-            unknown = [n for n in self.allow if n not in names]
-            if unknown:
-                raise ValueError(f"McpToolset allow: the MCP server {self.connection.label} has no tool "
-                                 f"{', '.join(map(repr, unknown))}; it offers {', '.join(names) or 'none'}")
+        if self.allow is not None and (unknown := [n for n in self.allow if n not in names]):
+            raise ValueError(f"McpToolset allow: the MCP server {self.connection.label} has no tool "
+                             f"{', '.join(map(repr, unknown))}; it offers {', '.join(names) or 'none'}")
         return [
             McpTool(self.connection, s["name"], name=self.prefix + s["name"], description=s.get("description") or "",
                     input_schema=s.get("inputSchema"), timeout_s=self.timeout_s,
@@ -565,12 +559,12 @@ class TaskToolFilter(gym.Wrapper):
         super().__init__(env)
         self.key = key
         self._all = dict(env.unwrapped.tools)
-        self._offered: dict | None = None  # the dict this wrapper last set on the env
+        self._offered = env.unwrapped.tools  # the dict this wrapper last saw or set on the env
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         base = self.env.unwrapped
-        if self._offered is not None and base.tools is not self._offered:
-            self._all = dict(base.tools)  # replaced from outside (a recording wraps them): the new full set
+        if base.tools is not self._offered:  # replaced from outside (a recording wraps them): the new full set
+            self._all, self._offered = dict(base.tools), base.tools
         obs, info = self.env.reset(seed=seed, options=options)
         task = base.task
         allowed = task.metadata.get(self.key)
@@ -581,9 +575,7 @@ class TaskToolFilter(gym.Wrapper):
             if not isinstance(allowed, list | tuple) or not all(isinstance(a, str) for a in allowed):
                 raise ValueError(f"task {task.id!r}: metadata field {self.key!r} must be a list of tool names, "
                                  f"got {allowed!r}")
-            known = set(mcp) | {t.mcp_name for t in mcp.values()}
-            unknown = [a for a in allowed if a not in known]
-            if unknown:
+            if unknown := [a for a in allowed if a not in set(mcp) | {t.mcp_name for t in mcp.values()}]:
                 raise ValueError(f"task {task.id!r}: metadata field {self.key!r} names {unknown}, which no MCP tool "
                                  f"of this env is; it has {sorted(mcp) or 'none'}")
             tools = {n: t for n, t in self._all.items()

@@ -27,7 +27,7 @@ from mcp_support import PyPIUnreachable, calculator_command
 
 from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.tools.mcp import McpConnection, McpTool, McpToolset, TaskToolFilter
+from agent_envs.tools.mcp import McpCallError, McpConnection, McpTool, McpToolset, TaskToolFilter
 from agent_envs.tools.recording import ToolRecording
 from agent_envs.worlds import ArithmeticConfig, ArithmeticWorld
 
@@ -286,10 +286,33 @@ def test_each_task_gets_only_the_mcp_tools_it_allows(ours):
         env.reset(seed=0, options={"index": 2})
 
 
+def test_task_filter_over_recorded_tools(ours, tmp_path):
+    """An evaluation with --record wraps the env's tools; the filter offers the wrapped ones, so
+    every call is still recorded, and a task allowing more gets them back."""
+    tasks = [Task(id="py-only", question="What is 6*7?", answers=["42"], reward="math",
+                  metadata={"mcp_tools": ["python"]}),
+             Task(id="any", question="What is 6*7?", answers=["42"], reward="math")]
+    with ToolRecording(tmp_path / "tools.jsonl", "record") as rec:
+        env = TaskToolFilter(ToolEnv(tasks, [rec.wrap(t) for t in ours.tools()]))
+        prompt, _ = env.reset(seed=0, options={"index": 0})
+        assert "<python>" in prompt and "<search>" not in prompt
+        obs, *_ = env.step('<python>{"code": "print(6*7)"}</python>')
+        assert "42" in obs and rec.stats()["recorded"] == 1
+        prompt, _ = env.reset(seed=0, options={"index": 1})
+        assert "<python>" in prompt and "<search>" in prompt
+
+
 def test_bare_and_json_forms_are_one_call(ours):
     python = ours.tools()[0]
     assert python.normalize('{"code": "print(1)"}') == python.normalize("print(1)") == '{"code": "print(1)"}'
     assert McpConnection("http://127.0.0.1:1/mcp").label == "http://127.0.0.1:1/mcp"
+    # a lone non-string argument, as the JSON protocol passes it on (JSON, or Python's str() of it)
+    mean = McpTool(ours.connection, "mean", input_schema={
+        "type": "object", "properties": {"values": {"type": "array"}}, "required": ["values"]})
+    assert mean.arguments("[1, 2]") == mean.arguments(str({"values": [1, 2]}["values"])) == {"values": [1, 2]}
+    assert mean.arguments('{"values": [3]}') == {"values": [3]}
+    with pytest.raises(McpCallError, match="argument values must be array, got str"):
+        mean.arguments("one two")
     with pytest.raises(ValueError, match="cannot be a tag"):
         McpTool(ours.connection, "bad name>")
 
