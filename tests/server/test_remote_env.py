@@ -28,7 +28,8 @@ def _actions(env) -> list[str]:
     return ["<python> </python>", *gold[:-1], *gold[:-1], gold[-1]]
 
 
-@pytest.mark.parametrize(("env_id", "env_kwargs"), [("AgentMath-v0", {}), ("AgentQA-v0", {"max_tool_calls": 2})])
+@pytest.mark.parametrize(("env_id", "env_kwargs"), [("AgentMath-v0", {}), ("AgentQA-v0", {"max_tool_calls": 2}),
+                                                   ("AgentSearch-v0", {})])
 def test_remote_trajectories_equal_local_ones(env_id, env_kwargs):
     with serving(env_id) as (url, _):
         remote = gym.make("AgentRemote-v0", url=url, env_id=env_id, env_kwargs=env_kwargs)
