@@ -27,6 +27,7 @@ from agent_envs.base.config import UserError, add_flags, format_help, option
 
 # modules that may contribute subcommands; missing optional ones are skipped
 _SUBCOMMAND_MODULES = (
+    "agent_envs.data.download",
     "agent_envs.server.retriever",
     "agent_envs.server.sandbox",
     "agent_envs.server.env_server",
@@ -152,12 +153,12 @@ def _env_settings_help() -> str:
 
     shared = [p for n, p in inspect.signature(ToolEnv.__init__).parameters.items()
               if n not in ("self", "tasks", "tools")]
-    lines = ["  every env: " + ", ".join(f"{p.name} ({p.annotation}, default {p.default!r})" for p in shared)]
+    lines = ["  every env:"] + [f"    {p.name} ({p.annotation}, default {p.default!r})" for p in shared]
     for family, (env_id, entry, _) in FAMILIES.items():
         module, _, name = entry.partition(":")
         own = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters.values()
                if p.kind is not p.VAR_KEYWORD]
-        lines.append(f"  {env_id}: " + ", ".join(f"{p.name} ({p.annotation}, default {p.default!r})" for p in own))
+        lines += [f"  {env_id}:"] + [f"    {p.name} ({p.annotation}, default {p.default!r})" for p in own]
         world = WORLDS[FAMILY_WORLDS[family]].config_class
         lines += [f"    world.{key} ({tp}, default {default}): {text}" for key, tp, default, text in describe_config(world)]
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent_envs.base.paths import cache_root
 from agent_envs.base.task import Task
 from agent_envs.data.registry import BenchmarkSpec, get_spec
 from agent_envs.rewards.extract import last_boxed
@@ -318,9 +319,11 @@ def load_tasks(
     return out
 
 
-def data_dir() -> Path | None:
+def data_dir() -> Path:
+    """Where benchmark files are looked up: `$AGENT_ENVS_DATA_DIR`, else the cache's `data/`, which
+    `agent-envs data download` fills."""
     d = os.environ.get(DATA_DIR_ENV)
-    return Path(d) if d else None
+    return Path(d).expanduser() if d else cache_root() / "data"
 
 
 def _hub_unreachable() -> str | None:
@@ -408,16 +411,15 @@ def _load_hf(spec: BenchmarkSpec, split: str | None) -> list[Task]:
     return tasks
 
 
-def benchmark_path(name: str, split: str | None = None) -> Path | None:
-    """The local file of a benchmark split under $AGENT_ENVS_DATA_DIR (None if the variable is unset)."""
+def benchmark_path(name: str, split: str | None = None) -> Path:
+    """The local file of a benchmark split in the data folder (`data_dir()`)."""
     spec = get_spec(name)
     key = split or spec.default_split
     if key not in spec.files:
         raise KeyError(
             f"benchmark {spec.name!r} has no local split {key!r}; local splits: {', '.join(spec.files)}"
         )
-    base = data_dir()
-    return base / spec.files[key] if base else None
+    return data_dir() / spec.files[key]
 
 
 def load_benchmark(
@@ -455,7 +457,9 @@ def load_benchmark(
             if unreachable is not None:
                 hf_error = f"{unreachable} and no copy is cached"
     want = spec.files.get(local_split or spec.default_split, spec.default_file)
-    where = f"{path}" if path is not None else f"$AGENT_ENVS_DATA_DIR/{want} ({DATA_DIR_ENV} is unset)"
+    where = path if path is not None else data_dir() / want
+    fetch = (f"Get it with `agent-envs data download {spec.name}`. "
+             if (local_split or spec.default_split) == spec.default_split else "")
     raise FileNotFoundError(
         f"benchmark {spec.name!r} (split {split or spec.default_split!r}): no data at {where}"
         + (
@@ -463,7 +467,7 @@ def load_benchmark(
             if spec.hf_id
             else ""
         )
-        + f". Pass data_files='path/to/{Path(want).name}' (one of {', '.join(SUPPORTED)}), "
+        + f". {fetch}Or pass data_files='path/to/{Path(want).name}' (one of {', '.join(SUPPORTED)}), "
         f"or set {DATA_DIR_ENV} to a folder holding {want}. Full data: {spec.full_data or 'see docs/benchmarks-data.md'}"
     )
 

@@ -41,9 +41,8 @@ def search_tool(corpus: str | None, retriever_url: str | None, topk: int):
     if retriever_url:
         return shared("tool:search-http", lambda url, k: SearchTool(HttpBackend(url), topk=k), url=retriever_url, k=topk)
     if corpus is None:
-        base = data_dir()
-        corpus = os.path.join(base, DEFAULT_CORPUS) if base else None
-    if corpus is None or not os.path.exists(corpus):
+        corpus = os.path.join(data_dir(), DEFAULT_CORPUS)
+    if not os.path.exists(corpus):
         raise FileNotFoundError(
             f"search corpus {corpus or DEFAULT_CORPUS!r} not found: pass corpus='path/to/corpus.jsonl' "
             "(JSONL with id, title, text or contents), retriever_url='http://host:port/retrieve', "

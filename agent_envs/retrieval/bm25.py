@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_envs.base.paths import cache_root
 from agent_envs.retrieval.backend import SearchBackend
 from agent_envs.retrieval.corpus import Hit, load_corpus, parse_doc
 
@@ -110,7 +111,7 @@ class BM25Backend(SearchBackend):
     ) -> BM25Backend:
         """Load a corpus JSONL; the index is built once and cached on disk by content hash.
 
-        `cache_dir` defaults to `$AGENT_ENVS_CACHE_DIR/bm25` or `~/.cache/agent_envs/bm25`.
+        `cache_dir` defaults to `$AGENT_ENVS_CACHE/bm25` (default `~/.cache/agent-envs/bm25`).
         """
         import bm25s
 
@@ -201,5 +202,4 @@ class BM25Backend(SearchBackend):
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("AGENT_ENVS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "agent_envs"
+    return cache_root()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -269,10 +268,9 @@ def test_search_tool_over_real_corpus_finds_the_gold_passage(shared_data: Path, 
 def test_cache_dir_env_variable_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    monkeypatch.setenv("AGENT_ENVS_CACHE_DIR", str(tmp_path / "home-cache"))
+    monkeypatch.setenv("AGENT_ENVS_CACHE", str(tmp_path / "home-cache"))
     BM25Backend.from_jsonl(corpus)
     assert any((tmp_path / "home-cache" / "bm25").iterdir())
-    assert os.environ["AGENT_ENVS_CACHE_DIR"].endswith("home-cache")
 
 
 class _FakeSearchApi:
