@@ -171,3 +171,18 @@ async def test_the_rollout_runner_plays_remote_envs():
         assert (got.prompt_ids, got.response_ids, got.loss_mask) == (ref.prompt_ids, ref.response_ids, ref.loss_mask)
         assert (got.reward, got.end_reason) == (ref.reward, ref.end_reason)
         assert _comparable(got.components) == _comparable(ref.components)
+
+
+def test_truncate_scores_the_partial_response_as_the_local_env_does():
+    with serving("AgentMath-v0") as (url, _):
+        remote, local = RemoteEnv(url), gym.make("AgentMath-v0").unwrapped
+        for env in (remote, local):
+            env.reset(seed=3)
+        call_tool = local.task.gold_trace[0]
+        assert _comparable(remote.step(call_tool)[4]) == _comparable(local.step(call_tool)[4])
+        got, want = remote.truncate("response_budget"), local.truncate("response_budget")
+        assert got[0] == want[0] and _comparable(got[1]) == _comparable(want[1])
+        assert remote.get_state().done
+        with pytest.raises(EnvServerError, match="409.*reset"):
+            remote.step(call_tool)
+        remote.close()
