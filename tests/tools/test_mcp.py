@@ -109,6 +109,40 @@ async def test_our_server_round_trip_with_the_official_client():
         assert broken.is_error and "code" in broken.content[0].text  # the schema is enforced
 
 
+async def test_our_search_and_browse_in_process_with_the_official_client():
+    """The offline defaults of serve-mcp's search (knowledge world) and browse (`--web-world`)."""
+    import argparse
+
+    from mcp import Client
+
+    from agent_envs.server.mcp import build_mcp_server, make_tools
+
+    tools = make_tools(["search", "browse"], argparse.Namespace(web_world=True))
+    async with Client(build_mcp_server(tools)) as client:
+        schemas = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+        assert (schemas["search"]["required"], schemas["browse"]["required"]) == (["query"], ["url"])
+        page = await client.call_tool("browse", {"url": "https://atlas.web/teapo"})
+        assert not page.is_error and "URL: https://atlas.web/teapo" in page.content[0].text
+        hits = await client.call_tool("search", {"query": "capital"})
+        assert not hits.is_error and hits.content[0].text.strip()
+    with pytest.raises(ValueError, match="unknown tool\\(s\\) \\['shell'\\]; choose from python, search, browse"):
+        make_tools(["python", "shell"])
+
+
+def test_serve_mcp_names_a_bad_tool_list():
+    run = subprocess.run([*SERVE, "--tools", "python,shell"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "unknown tool(s) ['shell']" in run.stderr
+
+
+async def test_astep_on_the_callers_loop(ours):
+    env = ToolEnv([SIX_BY_SEVEN], ours.tools())
+    env.reset(seed=0)
+    obs, *_ = await env.astep('<python>{"code": "print(6*7)"}</python>')
+    assert "42" in obs
+    _, reward, *_ = await env.astep(answer("42"))
+    assert reward == 1.0
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,7 +244,7 @@ def test_server_killed_mid_call_is_an_observation_and_restarts(tmp_path):
         env = ToolEnv([SIX_BY_SEVEN], toolset.tools(), max_tool_calls=5)
         env.reset(seed=0)
         first_pid = int(pid_file.read_text())
-        threading.Timer(1.0, os.kill, (first_pid, signal.SIGKILL)).start()
+        threading.Timer(2.0, os.kill, (first_pid, signal.SIGKILL)).start()  # while the code sleeps
         start = time.monotonic()
         obs, _, terminated, _, info = env.step('<python>{"code": "import time; time.sleep(20)"}</python>')
         assert time.monotonic() - start < 15
