@@ -366,4 +366,9 @@ def test_docs_examples_run(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(REPO),  # `agent-envs` is the venv's script
                               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "42" in run.stdout
+    out = run.stdout.splitlines()
+    # the values the examples' comments state
+    assert out[0].startswith("To use the python tool") and 'write <python> {"code": "<string>"} </python>' in out[0]
+    assert out[1:5] == [" <result>", "42", "</result>", "1.0"]
+    assert out[5] == "42 {'recorded': 0, 'replayed': 1, 'missing': 0, 'ambiguous': 0}"
+    assert out[6:] == ["['python']", "42"]
