@@ -1,5 +1,6 @@
-"""Token losses of the learners: PPO clip (clip-higher, dual clip, gradient-preserving upper clip),
-loss aggregation with global denominators, KL estimators and DAPO's overlong shaping.
+"""Token losses of the learners: the whole loss of a micro-batch (`loss_and_metrics`), and its
+parts: PPO clip (clip-higher, dual clip, gradient-preserving upper clip), loss aggregation with
+global denominators, KL estimators, and DAPO's overlong shaping.
 
     >>> import torch
     >>> from algorithms.core.losses import policy_loss
@@ -23,12 +24,17 @@ use the same denominators, so they too sum to the mini-batch value.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 UPPER_CLIP_MODES = ("hard", "grad_preserve")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+")
 LOG_RATIO_CLAMP = 20.0
+# the config's `policy_loss` choices, as `clipped_ratio`'s upper-clip modes
+POLICY_LOSSES = {"ppo_clip": "hard", "ppo_clip_gradpreserve": "grad_preserve"}
 
 
 def _as_float(x: torch.Tensor | float | int | None, fallback: torch.Tensor) -> torch.Tensor:
@@ -191,6 +197,110 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "
     return (torch.exp(neg) - neg - 1.0).clamp(-10.0, 10.0)
 
 
+@dataclass(frozen=True)
+class LossConfig:
+    """The options of `loss_and_metrics`; `LossConfig.of(learner_config)` reads them from a config."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = 3.0
+    upper_clip: str = "hard"  # "grad_preserve": `policy_loss: ppo_clip_gradpreserve`
+    agg: str = "token-mean"
+    max_len: int | None = None  # L_const of seq-mean-token-sum-norm
+    kl_coef: float = 0.0
+    kl_estimator: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    rollout_is: str = "none"  # "tis": token-level truncated importance sampling
+    rollout_is_threshold: float = 2.0
+
+    @classmethod
+    def of(cls, cfg: Any) -> LossConfig:
+        """The loss options of a `LearnerConfig`."""
+        return cls(
+            clip_low=cfg.clip_ratio_low,
+            clip_high=cfg.clip_ratio_high,
+            dual_clip=cfg.clip_ratio_c,
+            upper_clip=POLICY_LOSSES[cfg.policy_loss],
+            agg=cfg.loss_agg_mode,
+            max_len=cfg.loss_scale_len or cfg.max_response_tokens,
+            kl_coef=cfg.kl_coef,
+            kl_estimator=cfg.kl_estimator,
+            entropy_coeff=cfg.entropy_coeff,
+            rollout_is=cfg.rollout_is,
+            rollout_is_threshold=cfg.rollout_is_threshold,
+        )
+
+
+@dataclass
+class LossInputs:
+    """The tensors of one micro-batch that the loss reads besides the policy's log-probs; every one
+    is [batch, tokens] over response positions, except `advantages` ([batch] or [batch, tokens])
+    and the mini-batch's global denominators `num_tokens` (N_tok) and `num_seqs` (B_S)."""
+
+    old_logprobs: torch.Tensor  # log π_old (detached; log π_θ itself under the on-policy shortcut)
+    behaviour_logprobs: torch.Tensor  # log π_roll, as the rollout engine sampled
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    num_tokens: torch.Tensor | float
+    num_seqs: torch.Tensor | float
+    ref_logprobs: torch.Tensor | None = None  # log π_ref, when the loss has a KL term
+
+
+def loss_and_metrics(
+    inputs: LossInputs,
+    logprobs: torch.Tensor,
+    config: LossConfig,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of one micro-batch and its metrics (docs/algorithms.md §2.2–§2.9).
+
+    L = agg(w·ℓ_clip) + β_KL·agg(KL(π_θ‖π_ref)) − c_H·agg(H), every agg over the mini-batch's
+    global denominators, so micro-batch losses sum to the mini-batch loss. w is the truncated
+    rollout importance weight min(e^{log π_old − log π_roll}, C) under `rollout_is: tis`, else 1.
+    The KL term needs `inputs.ref_logprobs`; the entropy term and metric need `entropy`
+    (the bonus only when `entropy_coeff` ≠ 0).
+
+    Metrics (detached): `pg_loss`, `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `kl`, `entropy`,
+    `rollout_mismatch_kl`, each additive over micro-batches; and the raw rollout-IS statistics
+    `is_ratio/sum`, `is_ratio/tokens`, `is_ratio/min`, `is_ratio/max` (of e^{log π_old − log π_roll}
+    before truncation, on trained tokens; absent when there are none).
+    """
+    mask = inputs.mask
+    old = inputs.old_logprobs
+    denoms = {"num_tokens": inputs.num_tokens, "num_seqs": inputs.num_seqs, "max_len": config.max_len}
+    log_w = (old - inputs.behaviour_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) * mask
+    is_w = log_w.exp().clamp(max=config.rollout_is_threshold) if config.rollout_is == "tis" else None
+    loss, metrics = policy_loss(
+        logprobs,
+        old,
+        inputs.advantages,
+        mask,
+        clip_low=config.clip_low,
+        clip_high=config.clip_high,
+        agg=config.agg,
+        dual_clip=config.dual_clip,
+        upper_clip=config.upper_clip,
+        is_weights=is_w,
+        **denoms,
+    )
+    if inputs.ref_logprobs is not None:
+        kl_loss = aggregate(kl_penalty(logprobs, inputs.ref_logprobs, config.kl_estimator), mask, config.agg, **denoms)
+        loss = loss + config.kl_coef * kl_loss
+        metrics["kl"] = kl_loss.detach()
+    if entropy is not None:
+        if config.entropy_coeff != 0:
+            loss = loss - config.entropy_coeff * aggregate(entropy, mask, config.agg, **denoms)
+        metrics["entropy"] = aggregate(entropy.detach(), mask, "token-mean", num_tokens=inputs.num_tokens)
+    # trainer/engine mismatch (only meaningful where π_old was computed, §2.9)
+    metrics["rollout_mismatch_kl"] = aggregate(-log_w, mask, "token-mean", num_tokens=inputs.num_tokens)
+    on = mask > 0
+    if bool(on.any()):
+        ratio = log_w.detach()[on].double().exp().cpu()
+        metrics["is_ratio/sum"], metrics["is_ratio/tokens"] = ratio.sum(), on.sum()
+        metrics["is_ratio/min"], metrics["is_ratio/max"] = ratio.min(), ratio.max()
+    return loss, metrics
+
+
 def overlong_penalty(
     lengths: torch.Tensor, max_len: int, cache_len: int, penalty_factor: float = 1.0
 ) -> torch.Tensor:
@@ -210,11 +320,15 @@ def overlong_penalty(
 __all__ = [
     "AGG_MODES",
     "KL_KINDS",
+    "POLICY_LOSSES",
     "UPPER_CLIP_MODES",
+    "LossConfig",
+    "LossInputs",
     "aggregate",
     "clipped_ratio",
     "kl_penalty",
     "local_denominators",
+    "loss_and_metrics",
     "overlong_penalty",
     "policy_loss",
 ]
