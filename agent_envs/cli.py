@@ -30,8 +30,6 @@ _SUBCOMMAND_MODULES = (
     "agent_envs.data.download",
     "agent_envs.server.retriever",
     "agent_envs.server.sandbox",
-    "agent_envs.server.env_server",
-    "agent_envs.server.mcp",
     "algorithms.cli",
     "baselines.cli",
 )
@@ -114,8 +112,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
+def _version() -> str:
+    """The version of the installed distribution (its metadata, as pip installed it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agent-envs")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed; `pip install -e .` in the checkout)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agent-envs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list registered env ids")
     p.set_defaults(func=_list)

@@ -21,6 +21,8 @@ import importlib
 import json
 from typing import Any
 
+from algorithms.base.presets import find_preset
+
 # name -> "module:LearnerClass"
 ALGORITHMS = {
     "grpo": "algorithms.grpo:GRPOLearner",
@@ -59,7 +61,7 @@ def _train(args: argparse.Namespace) -> int:
         raise SystemExit(f"train: --algo is required; choose one of {sorted(ALGORITHMS)}")
     cls = learner_class(args.algo)
     try:  # everything that can be checked without the model, before loading it
-        cfg = build_config(cls.config_class, args.config, args.overrides)
+        cfg = build_config(cls.config_class, args.config, _with_env(args))
         cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         _check_algo_in_file(args.config, args.algo)
         preflight_learner(cfg)
@@ -71,6 +73,11 @@ def _train(args: argparse.Namespace) -> int:
     except CheckpointError as exc:  # a full disk: the message says which checkpoint is intact
         raise SystemExit(f"train: {exc}") from exc
     return 0
+
+
+def _with_env(args: argparse.Namespace) -> list[str]:
+    """`--env ID` is the `env=ID` override (one way to name the env in every subcommand)."""
+    return ([f"env={args.env}"] if args.env else []) + list(args.overrides)
 
 
 def _check_algo_in_file(path: str | None, algo: str) -> None:
@@ -95,7 +102,7 @@ def _sft(args: argparse.Namespace) -> int:
         print(format_help(SFTConfig))
         return 0
     try:
-        cfg = build_config(SFTConfig, args.config, args.overrides)
+        cfg = build_config(SFTConfig, args.config, _with_env(args))
         cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         preflight_sft(cfg)
     except USER_ERRORS as exc:
@@ -114,7 +121,8 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("-h", "--help", action="store_true", help="show this help and every config key of --algo")
     p.add_argument("--algo", choices=sorted(ALGORITHMS), help="the algorithm (required)")
-    p.add_argument("--config", default=None, help="YAML preset (configs/*.yaml)")
+    p.add_argument("--config", default=None, type=find_preset,
+                   help="YAML preset: a file, or a shipped preset's name (grpo_tiny.yaml)")
     p.add_argument(
         "--resume",
         action="store_const",
@@ -123,6 +131,7 @@ def add_cli(subparsers: Any) -> None:
         help="continue from the newest checkpoint of output_dir (starts fresh when there is none)",
     )
     p.add_argument("--resume-from", default=None, help="continue from this checkpoint or run directory")
+    p.add_argument("--env", default=None, help="env id: the same as the env=ID override (default: the preset's)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_train, parser=p)
 
@@ -130,7 +139,9 @@ def add_cli(subparsers: Any) -> None:
         "sft", help="cold-start SFT on tool-use traces (gold traces or a JSONL)", add_help=False
     )
     p.add_argument("-h", "--help", action="store_true", help="show this help and every config key")
-    p.add_argument("--config", default=None, help="YAML preset (configs/sft_*.yaml)")
+    p.add_argument("--config", default=None, type=find_preset,
+                   help="YAML preset: a file, or a shipped preset's name (sft_tiny.yaml)")
+    p.add_argument("--env", default=None, help="env id: the same as the env=ID override (default: the preset's)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_sft, parser=p)
 

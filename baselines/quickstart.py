@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from agent_envs.base.config import add_flags, build_config, check_types, flag_values, option, require
+from algorithms.base.presets import presets_dir
+
+CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 SAMPLES = 4  # samples per held-out task in the sampled evaluation
 
 
@@ -128,12 +132,34 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     return {"rows": rows, "wall_s": wall, "plot": str(plot)}
 
 
+@dataclass
+class QuickstartConfig:
+    """The settings of `agent-envs quickstart`."""
+
+    out: str = option("runs/quickstart", "folder of every stage's output and results.md")
+    sft_steps: int | None = option(None, "SFT steps (null: configs/sft_tiny.yaml's)")
+    rl_steps: int | None = option(None, "RL steps (null: the algorithm's tiny preset's)")
+    eval_tasks: int = option(64, "held-out evaluation tasks: the env's last N")
+    algo: Literal["grpo", "dapo", "arpo", "aepo"] = option("grpo", "the RL algorithm")
+    seed: int = option(0, "seed of SFT and RL (the tasks stay the same)")
+
+    def validate(self) -> None:
+        check_types(self)
+        require(self.eval_tasks >= 1, "eval_tasks", "must be >= 1", self.eval_tasks)
+
+
+_FLAGS = tuple(f.name for f in fields(QuickstartConfig))
+
+
 def add_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser("quickstart", help="CPU quickstart: tiny model -> SFT -> RL -> evaluation")
-    p.add_argument("--out", default="runs/quickstart")
-    p.add_argument("--sft-steps", type=int, help="default: configs/sft_tiny.yaml")
-    p.add_argument("--rl-steps", type=int, help="default: the algorithm's tiny preset")
-    p.add_argument("--eval-tasks", type=int, default=64)
-    p.add_argument("--algo", default="grpo", choices=["grpo", "dapo", "arpo", "aepo"])
-    p.add_argument("--seed", type=int, default=0, help="seed of SFT and RL (the tasks stay the same)")
-    p.set_defaults(func=lambda a: run_quickstart(a.out, a.sft_steps, a.rl_steps, a.eval_tasks, a.algo, a.seed) and 0)
+    p = subparsers.add_parser("quickstart", help="CPU quickstart: tiny model -> SFT -> RL -> evaluation",
+                              epilog="every setting is also a key=value argument (rl_steps=4)")
+    add_flags(p, QuickstartConfig, _FLAGS)
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="the same settings as key=value")
+    p.set_defaults(func=_run)
+
+
+def _run(args: Any) -> int:
+    cfg = build_config(QuickstartConfig, None, args.overrides, given=flag_values(args, _FLAGS, QuickstartConfig))
+    run_quickstart(cfg.out, cfg.sft_steps, cfg.rl_steps, cfg.eval_tasks, cfg.algo, cfg.seed)
+    return 0

@@ -13,7 +13,7 @@
     >>> build_config(Demo, None, ["schedule=cosin"])
     Traceback (most recent call last):
     ...
-    ValueError: override 'schedule=cosin': config field 'schedule' must be one of ['constant', 'cosine'], got 'cosin'
+    ValueError: override 'schedule=cosin': config field 'schedule' must be one of ['constant', 'cosine'], got 'cosin' (did you mean 'cosine'?)
 
 Every field declares its type (checked from the annotation: `Literal[...]` choices, numbers,
 `X | None`) and its help text (`option(default, help)`). A field whose type is itself a config
@@ -94,7 +94,8 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     if origin is Literal:
         choices = list(typing.get_args(tp))
         if value not in choices:
-            raise fail(f"one of {choices}")
+            hint = suggest(value, [str(c) for c in choices]) if isinstance(value, str) else ""
+            raise ValueError(f"config field {key!r} must be one of {choices}, got {value!r}{hint}")
         return value
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
@@ -141,6 +142,8 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
             if len(args) != len(value):
                 raise fail(f"a list of {len(args)}")
             return tuple(coerce(a, v, key) for a, v in zip(args, value, strict=True))
+        if args:
+            return tuple(coerce(args[0], v, key) for v in value)
         return tuple(value)
     if origin is list or tp is list:
         if not isinstance(value, list | tuple):
@@ -190,9 +193,11 @@ def _accepts_text(tp: Any) -> bool:
     """Whether a command-line string is the value as is (a str field), not YAML to parse."""
     if tp is str:
         return True
+    if typing.get_origin(tp) is Literal:  # YAML would read the choice `off` as false
+        return all(isinstance(a, str) for a in typing.get_args(tp))
     if typing.get_origin(tp) in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return bool(args) and all(a is str for a in args)
+        return bool(args) and all(_accepts_text(a) for a in args)
     return False
 
 
@@ -213,6 +218,8 @@ def parse_text(tp: Any, text: str) -> Any:
     if origin in (tuple, list) and "," in text and not text.lstrip().startswith("["):
         text = f"[{text}]"
     value = _parse_value(text)
+    if origin in (tuple, list) and value is not None and not isinstance(value, list):
+        value = [value]  # `--seeds 0`: a list of one
     return tuple(value) if origin is tuple and isinstance(value, list) else value
 
 
@@ -432,8 +439,22 @@ def add_flags(parser: Any, cls: type, names: Sequence[str], *, metavars: Mapping
         tp = hints[name]
         default = _show(getattr(defaults, name)) if defaults is not None else "required"
         text = f"{field_help(cls, name)} ({_type_name(tp)}, default {default})".replace("%", "%%")
-        metavar = (metavars or {}).get(name, _type_name(tp).upper().replace(" ", ""))
+        metavar = (metavars or {}).get(name) or _metavar(tp)
         parser.add_argument(_flag(name), dest=name, default=None, metavar=metavar, help=text)
+
+
+def _metavar(tp: Any) -> str:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else tp
+    origin = typing.get_origin(tp) or tp
+    if typing.get_origin(tp) is Literal:
+        return "{" + ",".join(str(a) for a in typing.get_args(tp)) + "}"
+    if origin in (tuple, list):
+        return "A,B"
+    if origin is dict:
+        return "YAML"
+    return _type_name(tp).upper().replace(" ", "")
 
 
 def flag_values(args: Any, names: Sequence[str], cls: type) -> dict[str, Any]:

@@ -27,13 +27,24 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from agent_envs.base.config import (
+    UserError,
+    add_flags,
+    build_config,
+    check_types,
+    flag_values,
+    option,
+    require,
+    suggest,
+)
+from algorithms.base.presets import find_preset, presets_dir
 from baselines.comparison.report import MANIFEST, RUN_RESULT, write_report
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 # the per-step metrics kept in result.json for the curves
 CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
 
@@ -73,7 +84,7 @@ def spec_config(spec: RunSpec) -> Any:
     from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
 
-    return build_config(learner_class(spec.algo).config_class, spec.config.format(algo=spec.algo),
+    return build_config(learner_class(spec.algo).config_class, find_preset(spec.config.format(algo=spec.algo)),
                         [*spec.overrides, f"seed={spec.seed}", f"output_dir={spec.run_dir}",
                          f"threads={spec.threads}"])
 
@@ -221,29 +232,61 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
 
 
 
+@dataclass
+class CompareConfig:
+    """What `agent-envs compare` runs; the learner settings of every run are key=value overrides."""
+
+    algos: tuple[str, ...] = option(("grpo", "dapo", "arpo", "aepo"), "algorithms; the first is the baseline "
+                                    "of the paired tests")
+    seeds: tuple[int, ...] = option((0, 1, 2), "seeds: each algorithm trains once per seed")
+    config: str = option(str(CONFIGS / "{algo}_tiny.yaml"), "preset of each run; {algo} is filled in")
+    out: str = option("runs/compare", "folder of the runs, the table and the plots")
+    eval_tasks: int = option(64, "evaluation tasks: the env's last N (held out from training)")
+    eval_samples: int = option(4, "samples per task at the run's training sampling setup")
+    jobs: int | None = option(None, f"runs at once (null: one per core, {available_cores()} here)")
+    report_only: str | None = option(None, "rebuild the table and plots of this existing --out folder; train nothing")
+
+    def validate(self) -> None:
+        from algorithms.cli import ALGORITHMS
+
+        check_types(self)
+        require(bool(self.algos) and bool(self.seeds), "algos", "and seeds each need at least one entry", self.algos)
+        for algo in self.algos:
+            if algo not in ALGORITHMS:
+                raise UserError(f"config field 'algos': unknown algorithm {algo!r}{suggest(algo, list(ALGORITHMS))}; "
+                                f"choose from {sorted(ALGORITHMS)}")
+        require(self.eval_tasks >= 1 and self.eval_samples >= 1, "eval_tasks", "and eval_samples must be >= 1",
+                (self.eval_tasks, self.eval_samples))
+
+
+_FLAGS = tuple(f.name for f in fields(CompareConfig))
+
+
 def add_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser("compare", help="train N algorithms x seeds on one env; table with CIs + plots")
-    p.add_argument("--algos", default="grpo,dapo,arpo,aepo", help="the first is the baseline of the paired tests")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--config", default=str(CONFIGS / "{algo}_tiny.yaml"), help="preset path; {algo} is filled in")
-    p.add_argument("--out", default="runs/compare")
-    p.add_argument("--eval-tasks", type=int, default=64, help="the env's last N tasks")
-    p.add_argument("--eval-samples", type=int, default=4, help="samples per task at the training sampling setup")
-    p.add_argument("--jobs", type=int, default=None,
-                   help=f"runs at once (default: one per core, {available_cores()} here)")
-    p.add_argument("--report-only", metavar="DIR", help="rebuild the table and plots of an existing --out folder")
-    p.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    p = subparsers.add_parser(
+        "compare", help="train N algorithms x seeds on one env; table with CIs + plots",
+        description="Train and evaluate every (algorithm, seed) on the same env, model and budget.",
+        epilog="key=value arguments are learner settings applied to every run (env=AgentMath-v0, "
+               "total_steps=100, env_kwargs.max_tool_calls=2); `agent-envs train --algo grpo --help` lists them.",
+    )
+    add_flags(p, CompareConfig, _FLAGS, metavars={"report_only": "DIR"})
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="learner overrides applied to every run")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.report_only:
-        write_report(args.report_only)
-        print((Path(args.report_only) / "results.md").read_text())
+    cfg = build_config(CompareConfig, None, given=flag_values(args, _FLAGS, CompareConfig))
+    if cfg.report_only:
+        folder = Path(cfg.report_only)
+        if not any(folder.glob(f"*/{RUN_RESULT}")):
+            raise UserError(f"--report-only {folder}: no run results ({RUN_RESULT} of <algo>-<seed>/) in it; "
+                            "run `agent-envs compare --out DIR` first")
+        write_report(folder)
+        print((folder / "results.md").read_text())
         return 0
-    run_compare(args.algos.split(","), [int(s) for s in args.seeds.split(",")], args.out, args.config,
-                args.overrides, args.eval_tasks, args.eval_samples, args.jobs)
+    run_compare(list(cfg.algos), list(cfg.seeds), cfg.out, cfg.config, args.overrides, cfg.eval_tasks,
+                cfg.eval_samples, cfg.jobs)
     return 0
 
 
-__all__ = ["RunSpec", "add_cli", "plan_parallelism", "run_compare", "run_one", "spec_config"]
+__all__ = ["CompareConfig", "RunSpec", "add_cli", "plan_parallelism", "run_compare", "run_one", "spec_config"]

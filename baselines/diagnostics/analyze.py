@@ -456,7 +456,8 @@ def add_cli(subparsers: Any) -> None:
                               "(entropy around tool results, tool calls, branches, PCA)")  # fmt: skip
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="a learner run (save_trajectories=true), an evaluate --out folder, or a folder of runs")
-    p.add_argument("--out", required=True, help="folder for the PNGs, summary.md and summary.json")
+    p.add_argument("--out", default=None, help="folder for the PNGs, summary.md and summary.json "
+                   "(default: RUN/analysis, beside the first run's files)")
     p.add_argument("--window", type=int, nargs=2, default=list(WINDOW), metavar=("FROM", "TO"),
                    help="offsets around each tool result, in model tokens (default: %(default)s)")
     p.add_argument("--max-points", type=int, default=500, help="trajectories per run drawn for the PCA")
@@ -467,7 +468,8 @@ def add_cli(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        summary = analyze(args.runs, args.out, window=tuple(args.window), max_points=args.max_points,
+        out = args.out if args.out is not None else str(Path(args.runs[0]) / "analysis")
+        summary = analyze(args.runs, out, window=tuple(args.window), max_points=args.max_points,
                           max_features=args.max_features, seed=args.seed)
     except ValueError as exc:  # a folder that is not a run, a run without trajectories, a bad line
         print(f"agent-envs analyze: {exc}", file=sys.stderr)

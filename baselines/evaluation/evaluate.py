@@ -1,10 +1,11 @@
 """Evaluate a model on an env: n samples per task, pass@1 / pass@k and every reward component.
 
-    agent-envs evaluate --env AgentMath-v0 --model runs/quickstart/rl/final --n 4 --k 1,4 --limit 100
+    agent-envs evaluate --model runs/quickstart/grpo/final_model --n 4 --k 1,4   # the run's env and sampling
+    agent-envs evaluate --env AgentMath-v0 --model tiny --engine hf --limit 8 env_kwargs.max_tool_calls=1
     agent-envs evaluate --env AgentQA-HotpotQA-v0 --engine openai --base-url http://127.0.0.1:8000/v1 \\
         --model Qwen2.5-7B-Instruct --tokenizer Qwen/Qwen2.5-7B-Instruct
 
-    agent-envs evaluate --env AgentQA-v0 --model M --retriever ... --record runs/eval_rec
+    agent-envs evaluate --env AgentQA-v0 --model M --record runs/eval_rec
     agent-envs evaluate --replay runs/eval_rec      # offline: no search API, browser or judge
     agent-envs evaluate --env AgentMath-v0 --model M --n 4 --repeats 3    # noise floor per score
 
@@ -14,6 +15,8 @@ response text), `trajectories.jsonl` (the same episodes in tokens, with loss mas
 kwargs, tool limits, model, engine, sampling, prompting baseline) into `--out`.
 pass@1 is the mean over the n samples of each task; pass@k uses the unbiased estimator;
 `correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it.
+Given a run's model folder, the run's env, env_kwargs and sampling are used, and tasks default to
+held-out ones (`plan.py` says which and why); the choice is printed before the run starts.
 
 `--record DIR` also keeps every tool result (`tools.jsonl`) and judge verdict (`judge.jsonl`) with
 the seeds; `--replay DIR` re-runs that evaluation with those answers instead of the tools and the
@@ -26,59 +29,140 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
 import agent_envs  # noqa: F401  (registers the ids)
-from algorithms.base.preflight import USER_ERRORS, check_engine, check_env, check_model
+from agent_envs.base.config import (
+    UserError,
+    add_flags,
+    build_config,
+    check_types,
+    flag_values,
+    from_mapping,
+    option,
+    require,
+)
+from agent_envs.envs import check_env_kwargs
+from algorithms.base.preflight import check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize
+from baselines.evaluation.plan import DEFAULT_SAMPLING, SAMPLING_KEYS, held_out_range, run_settings
 from baselines.prompting import BASELINES, apply_baseline
+
+Engine = Literal["vllm", "hf", "openai"]
+Baseline = Literal[BASELINES]
+Health = Literal["warn", "fatal", "off"]
 
 
 @dataclass
 class EvalConfig:
-    env: str
-    model: str
-    engine: str = "vllm"  # vllm | hf | openai
-    base_url: str | None = None  # openai engine
-    tokenizer: str | None = None  # defaults to the model path
-    n: int = 1
-    ks: tuple[int, ...] = (1,)
-    limit: int | None = 100
-    first_task: int = 0
-    temperature: float | None = None  # None: greedy when n == 1, else 0.6 (the reference evaluation)
-    top_p: float = 0.95
-    top_k: int = 20
-    max_response_tokens: int = 1024
-    baseline: str = "tools"
-    seed: int = 0
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    out: str | None = None
-    record: str | None = None  # folder for tool results, judge verdicts and seeds
-    repeats: int = 1  # runs with seeds seed, seed+1, ...: the spread is the noise floor
-    judge_url: str | None = None  # an OpenAI-compatible judge for `judge` tasks (or AGENT_ENVS_JUDGE_URL)
-    judge_model: str | None = None
-    health: str = "warn"  # rollout health checks: warn | fatal | off (docs/diagnostics.md)
+    """Everything that defines an evaluation. Settings left at null are taken from the run that
+    made `model` (its config.json beside final_model), else from the defaults; see `plan.py`."""
+
+    env: str | None = option(None, "env id (null: the run's env when --model is a run's final_model)")
+    model: str | None = option(None, "a run's final_model folder (its env, env_kwargs and sampling are "
+                               "used), a checkpoint folder, tiny, a hub id, or a served model name (openai)")
+    engine: Engine = option("vllm", "vllm (in-process), hf (transformers, CPU) or openai (a server: --base-url)")
+    base_url: str | None = option(None, "OpenAI-compatible server of engine=openai (.../v1)")
+    tokenizer: str | None = option(None, "tokenizer folder or hub id (null: the model's)")
+    n: int = option(1, "samples per task")
+    ks: tuple[int, ...] = option((1,), "k values of pass@k, e.g. 1,4 (each <= n)")
+    limit: int | None = option(100, "number of tasks (0 or null: all)")
+    first_task: int | None = option(None, "first task index (null: held-out tasks, the env's last `limit`)")
+    temperature: float | None = option(None, "sampling temperature (null: the run's; without a run, greedy "
+                                       "when n == 1, else 0.6); 0 is greedy")
+    top_p: float | None = option(None, "nucleus mass (null: the run's, else 0.95)")
+    top_k: int | None = option(None, "top-k (null: the run's, else 20; -1: off)")
+    max_response_tokens: int | None = option(None, "per episode, model and tool tokens (null: the run's, else 1024)")
+    baseline: Baseline = option("tools", "prompting baseline: tools (the env as is), cot or direct (no tools)")
+    seed: int = option(0, "sampling seed (run r of --repeats uses seed + r)")
+    env_kwargs: dict = option(factory=dict, help="env settings over the run's (env_kwargs.max_tool_calls=1)")
+    out: str | None = option(None, "folder for samples.jsonl, trajectories.jsonl and summary.json")
+    record: str | None = option(None, "also keep every tool result, judge verdict and seed in this folder")
+    repeats: int = option(1, "runs with seeds seed, seed+1, ...: the spread is the noise floor")
+    judge_url: str | None = option(None, "OpenAI-compatible judge for judge-graded tasks (or AGENT_ENVS_JUDGE_URL)")
+    judge_model: str | None = option(None, "the judge's model name")
+    health: Health = option("warn", "rollout health checks: warn, fatal or off (docs/diagnostics.md)")
 
     def validate(self) -> None:
-        if self.engine not in ("vllm", "hf", "openai"):
-            raise ValueError(f"engine={self.engine!r}: choose vllm, hf or openai")
-        if self.baseline not in BASELINES:
-            raise ValueError(f"baseline={self.baseline!r}: choose one of {BASELINES}")
-        if self.n < 1 or any(k > self.n for k in self.ks):
-            raise ValueError(f"need n >= max(ks) >= 1, got n={self.n}, ks={self.ks}")
-        if self.health not in ("warn", "fatal", "off"):
-            raise ValueError(f"health={self.health!r}: choose warn, fatal or off")
-        if self.engine == "openai" and not self.base_url:
-            raise ValueError("engine=openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        check_types(self)
+        if self.limit == 0:
+            self.limit = None
+        require(self.n >= 1 and all(1 <= k <= self.n for k in self.ks), "ks",
+                f"needs n >= max(ks) >= 1 (n={self.n})", self.ks)
+        require(self.engine != "openai" or bool(self.base_url), "base_url",
+                "is needed by engine=openai (e.g. http://127.0.0.1:8000/v1)", self.base_url)
         if self.repeats < 1:
-            raise ValueError(f"repeats={self.repeats}: need at least 1")
+            raise ValueError(f"config field 'repeats' must be >= 1, got repeats={self.repeats}")
+        require(self.limit is None or self.limit >= 1, "limit", "must be >= 1, or 0/null for all", self.limit)
+
+
+def resolve(cfg: EvalConfig, engine: Any = None) -> tuple[EvalConfig, Any, list[str]]:
+    """`cfg` with every null setting filled from the model's run or the defaults, the env (made
+    without a tokenizer, its data checked) and the lines saying what is used and why."""
+    if not cfg.model:
+        raise UserError("evaluate needs --model: a run's final_model folder, a checkpoint, tiny, or a served model")
+    run, run_from = run_settings(cfg.model)
+    sources: dict[str, str] = {}
+    env = cfg.env or run.get("env")
+    if env is None:
+        raise UserError(f"evaluate needs --env: {cfg.model} is not a run's model (no config.json of a run beside "
+                        "it) and names no env")
+    sources["env"] = "command line" if cfg.env else run_from["env"]
+    same_env = env == run.get("env")
+    env_kwargs = _merge(run["env_kwargs"], cfg.env_kwargs) if same_env else dict(cfg.env_kwargs)
+    kw_from = [f"{run_from['env_kwargs']}" for _ in [0] if same_env and run["env_kwargs"]]
+    kw_from += [f"command line: {', '.join(sorted(cfg.env_kwargs))}" for _ in [0] if cfg.env_kwargs]
+    sources["env_kwargs"] = "; ".join(kw_from) or "none"
+    env_kwargs = check_env_kwargs(env, env_kwargs)
+    sampling: dict[str, Any] = {}
+    for key in SAMPLING_KEYS:
+        given = getattr(cfg, key)
+        if given is not None:
+            sampling[key], sources[key] = given, "command line"
+        elif same_env and key in run:
+            sampling[key], sources[key] = run[key], run_from[key]
+        elif key == "temperature":
+            sampling[key], sources[key] = (0.0, "default: greedy, n=1") if cfg.n == 1 else (0.6, "default")
+        else:
+            sampling[key], sources[key] = DEFAULT_SAMPLING[key], "default"
+    if sampling["temperature"] == 0:  # greedy: the nucleus settings do not apply
+        sampling.update(top_p=1.0, top_k=-1)
+        sources.update(top_p="greedy", top_k="greedy")
+    resolved = dataclasses.replace(cfg, env=env, env_kwargs=env_kwargs, **sampling)
+    probe = check_eval_inputs(resolved, engine)
+    first, count, why = held_out_range(probe.tasks, resolved.limit, resolved.first_task)
+    resolved = dataclasses.replace(resolved, first_task=first, limit=count)
+    show = ", ".join(f"{k}={sampling[k]} ({sources[k]})" for k in SAMPLING_KEYS)
+    lines = [f"env {env} ({sources['env']})",
+             f"env_kwargs {json.dumps(env_kwargs, default=str)} ({sources['env_kwargs']})",
+             f"tasks {first}-{first + count - 1}: {why}",
+             f"sampling {show}; n={cfg.n}, seed={cfg.seed}"]
+    return resolved, probe, lines
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def model_folder(model: str) -> str:
+    """What `--model` names as a folder to load: `tiny` is built locally by the builder the learner
+    uses (cached, offline); a folder or hub id is itself."""
+    if model == "tiny":
+        from algorithms.models.tiny import build_tiny_model
+
+        return str(build_tiny_model(seed=0))
+    return model
 
 
 def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url: str | None = None,
@@ -103,9 +187,6 @@ def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
     tokenizer."""
     cfg.validate()
     probe = check_env(cfg.env, cfg.env_kwargs, key="--env")
-    total = len(probe.tasks)
-    if total - cfg.first_task <= 0:
-        raise ValueError(f"{cfg.env} has {total} tasks; first_task={cfg.first_task} leaves none to evaluate")
     if engine is None and cfg.engine != "openai":  # a served model's name is not a path
         check_model(cfg.model, key="--model")
         check_engine(cfg.engine, key="--engine")
@@ -121,12 +202,14 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     from agent_envs.tools.recording import ToolRecording
     from algorithms.rollout.health import HealthChecker, RecordedEngine
 
-    probe = check_eval_inputs(cfg, engine)
-    total = len(probe.tasks)
-    count = total - cfg.first_task if cfg.limit is None else min(cfg.limit, total - cfg.first_task)
+    cfg, probe, plan = resolve(cfg, engine)
+    total, count = len(probe.tasks), cfg.limit
+    for line in plan:  # what is evaluated and where each setting came from, before the long part
+        print(f"evaluate: {line}", flush=True)
     if engine is None:
+        model = cfg.model if cfg.engine == "openai" else model_folder(cfg.model)
         print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
-        engine = make_engine(cfg.engine, cfg.model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
+        engine = make_engine(cfg.engine, model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
     health = HealthChecker(mode="off")
     if cfg.health != "off":
         engine = RecordedEngine(engine)
@@ -180,15 +263,10 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
             env.tools = {name: recording.wrap(tool) for name, tool in env.tools.items()}
         return apply_baseline(env, cfg.baseline)
 
-    greedy = cfg.temperature == 0 or (cfg.temperature is None and cfg.n == 1)
-    # the runner adds each env's own stop strings to every request
-    params = SamplingParams(
-        temperature=0.0 if greedy else (cfg.temperature if cfg.temperature is not None else 0.6),
-        top_p=1.0 if greedy else cfg.top_p,
-        top_k=-1 if greedy else cfg.top_k,
-        max_tokens=cfg.max_response_tokens,
-        seed=seed,
-    )
+    # resolved by `resolve`: greedy is temperature 0 with the nucleus settings off; the runner
+    # adds each env's own stop strings to every request
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                            max_tokens=cfg.max_response_tokens, seed=seed)
     indices = list(range(cfg.first_task, cfg.first_task + count))
     trajs = asyncio.run(run_episodes(engine, make_env, params, tasks=indices, group_size=cfg.n,
                                      max_response_tokens=cfg.max_response_tokens, seed=seed, progress=True))
@@ -263,15 +341,9 @@ def replay(folder: str | Path, engine: Any = None, **overrides: Any) -> dict[str
     `replay`: `reproduced` (every metric and every response equal), the differences, and the
     recording's counts (`missing` calls mean the model wrote something the recording lacks)."""
     folder = Path(folder)
-    try:
-        recorded = json.loads((folder / "summary.json").read_text())
-        old_samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{folder}: not a recorded evaluation ({e.filename} missing); "
-                                "record one with `agent-envs evaluate ... --record DIR`") from None
+    recorded, old_samples = _read_recording(folder)
     fields = {**recorded["config"], "record": None, "out": None, **overrides}
-    fields["ks"] = tuple(fields["ks"])
-    cfg = EvalConfig(**fields)
+    cfg = from_mapping(EvalConfig, fields, f"{folder / 'summary.json'}: config")
     summary, replayed = _evaluate(cfg, engine, replay_from=folder)
     differences = {k: (v, summary["metrics"].get(k)) for k, v in recorded["metrics"].items()
                    if summary["metrics"].get(k) != v}
@@ -289,41 +361,59 @@ def replay(folder: str | Path, engine: Any = None, **overrides: Any) -> dict[str
     return summary
 
 
+def _read_recording(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The summary and samples of a recorded evaluation, or a UserError saying which file is wrong."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--replay {folder}: no such folder; record one with "
+                                "`agent-envs evaluate ... --record DIR`")
+    rows = []
+    for name in ("summary.json", "samples.jsonl"):
+        path = folder / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} is not a recorded evaluation ({name} missing); record one with "
+                                    "`agent-envs evaluate ... --record DIR`")
+        lines = path.read_text().splitlines() if name.endswith("l") else [path.read_text()]
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((name, json.loads(line)))
+            except ValueError as exc:
+                where = f"{path}, line {i}" if name.endswith("l") else str(path)
+                raise UserError(f"{where}: not valid JSON ({exc}); the recording is damaged, record it again") from None
+    summary = rows[0][1]
+    if not isinstance(summary, dict) or not isinstance(summary.get("config"), dict) or "metrics" not in summary:
+        raise UserError(f"{folder / 'summary.json'}: no config and metrics of a recorded evaluation in it")
+    return summary, [r for name, r in rows[1:] if name == "samples.jsonl"]
+
+
+# the settings shown as --flags (all of EvalConfig); the rest of the command line is key=value
+FLAGS = tuple(f.name for f in dataclasses.fields(EvalConfig))
+
+
 def add_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser("evaluate", help="evaluate a model on an env (pass@k, reward components)")
-    p.add_argument("--env", help="env id (required unless --replay)")
-    p.add_argument("--model", help="checkpoint dir (vllm/hf) or served model name (openai); "
-                   "required unless --replay")
-    p.add_argument("--engine", choices=["vllm", "hf", "openai"], help="default vllm (replay: as recorded)")
-    p.add_argument("--base-url")
-    p.add_argument("--tokenizer")
-    p.add_argument("--n", type=int, default=1, help="samples per task")
-    p.add_argument("--k", default="1", help="comma-separated k values for pass@k")
-    p.add_argument("--limit", type=int, default=100, help="number of tasks (0: all)")
-    p.add_argument("--first-task", type=int, default=0)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--max-response-tokens", type=int, default=1024)
-    p.add_argument("--baseline", default="tools", choices=BASELINES)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-kwargs", default="{}", help='JSON, e.g. \'{"max_tool_calls": 5}\'')
-    p.add_argument("--out", help="folder for samples.jsonl and summary.json")
-    p.add_argument("--record", metavar="DIR", help="also keep every tool result, judge verdict and seed in DIR")
+    p = subparsers.add_parser(
+        "evaluate", help="evaluate a model on an env (pass@k, reward components)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Evaluate a model. Given a run's final_model folder, the run's env, env_kwargs and "
+                    "sampling are used unless set here; tasks default to held-out ones (the env's last "
+                    "--limit). What is used, and from where, is printed before the run starts.",
+        epilog="Every setting is also a key=value argument (n=4, env_kwargs.world.difficulty=2) and a "
+               "key in --config; the env is --env (or env=ID) everywhere.",
+    )
+    add_flags(p, EvalConfig, FLAGS)
+    p.add_argument("--k", dest="ks", default=None, metavar="K,K", help="the same as --ks")
+    p.add_argument("--config", default=None, help="YAML file of config keys (key: value)")
     p.add_argument("--replay", metavar="DIR", help="re-run the evaluation recorded in DIR offline and "
                    "compare (exit status 1 when it does not reproduce)")
-    p.add_argument("--repeats", type=int, default=1, help="runs with seeds seed, seed+1, ...: the spread "
-                   "across them is printed beside each score")
-    p.add_argument("--judge-url", help="OpenAI-compatible judge for judge-graded tasks (.../v1)")
-    p.add_argument("--judge-model")
-    p.add_argument("--health", default="warn", choices=["warn", "fatal", "off"],
-                   help="rollout health checks (docs/diagnostics.md)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, dotted keys reach in")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    given = flag_values(args, FLAGS, EvalConfig)
     if args.replay:
-        overrides = {k: v for k, v in (("model", args.model), ("tokenizer", args.tokenizer),
-                                       ("engine", args.engine),
-                                       ("base_url", args.base_url)) if v}
+        overrides = {k: v for k, v in given.items() if k in ("model", "tokenizer", "engine", "base_url")}
         summary = replay(args.replay, **overrides)
         _print_metrics(summary)
         rep = summary["replay"]
@@ -331,25 +421,7 @@ def _run(args: argparse.Namespace) -> int:
               f"NOT reproduced: {len(rep['metric_differences'])} metrics and {rep['samples_changed']} "
               f"samples differ (first: sample {rep['first_changed_sample']})") + f"; tool calls {rep['tools']}")
         return 0 if rep["reproduced"] else 1
-    missing = [flag for flag, value in (("--env", args.env), ("--model", args.model)) if not value]
-    if missing:
-        raise SystemExit(f"agent-envs evaluate: {' and '.join(missing)} required (or --replay DIR)")
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"agent-envs evaluate: --env-kwargs is not JSON ({e})") from None
-    cfg = EvalConfig(
-        env=args.env, model=args.model, engine=args.engine or "vllm", base_url=args.base_url, tokenizer=args.tokenizer,
-        n=args.n, ks=tuple(int(k) for k in args.k.split(",")), limit=args.limit or None,
-        first_task=args.first_task, temperature=args.temperature, max_response_tokens=args.max_response_tokens,
-        baseline=args.baseline, seed=args.seed, env_kwargs=env_kwargs, out=args.out,
-        record=args.record, repeats=args.repeats, judge_url=args.judge_url, judge_model=args.judge_model,
-        health=args.health,
-    )
-    try:
-        check_eval_inputs(cfg)
-    except USER_ERRORS as exc:  # the message names the option, file and line: no traceback needed
-        raise SystemExit(f"evaluate: {type(exc).__name__}: {exc}") from exc
+    cfg = build_config(EvalConfig, args.config, args.overrides, given=given)
     _print_metrics(evaluate(cfg))
     return 0
 

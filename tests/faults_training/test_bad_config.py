@@ -131,7 +131,7 @@ def test_sft_bad_rows_and_missing_data(tmp_path, capsys):
 
 def test_evaluate_checks_env_before_the_engine(capsys):
     _fails(capsys, [*EVALUATE, "--env", "AgentMaths-v0", "--model", "tiny"],
-           "config field '--env': 'AgentMaths-v0' is not a registered env id")  # fmt: skip
+           "config field 'env': 'AgentMaths-v0' is not a registered env id (did you mean 'AgentMath-v0'?)")  # fmt: skip
     _fails(capsys, [*EVALUATE, "--env", "AgentMath-v0", "--model", "tiny", "--first-task", "100000"],
            "leaves none to evaluate")  # fmt: skip
 

@@ -1,0 +1,110 @@
+"""What an evaluation runs, and where each setting comes from: the command line, the training run
+that made the model, or the defaults.
+
+A run's model folder (`<output_dir>/final_model`) sits beside the run's resolved `config.json`
+(written by the learner and by SFT). Evaluating that model means evaluating it where it was
+trained: the run's env, its `env_kwargs` (system prompt, world settings, tool limits) and its
+sampling setup (temperature, top_p, top_k, response budget) are taken from there unless the
+command line sets them. Tasks default to held-out ones: the last `limit` tasks of a procedural
+world (the tail of the index range, which the learner's `eval_episodes` holds out and SFT's first
+tasks never reach); a benchmark or data file is its own evaluation set and starts at its first task.
+
+    >>> import json, pathlib, tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / "config.json").write_text(json.dumps({"algo": "grpo", "env": "AgentMath-v0",
+    ...     "env_kwargs": {"max_tool_calls": 2}, "temperature": 0.8, "top_p": 1.0, "top_k": -1,
+    ...     "max_response_tokens": 96}))
+    >>> (run / "final_model").mkdir()
+    >>> settings, sources = run_settings(str(run / "final_model"))
+    >>> settings["env"], settings["temperature"], sources["temperature"].startswith("run ")
+    ('AgentMath-v0', 0.8, True)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agent_envs.base.config import UserError
+
+# without a run to take them from: the reference evaluation's sampling (greedy when n == 1)
+DEFAULT_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_response_tokens": 1024}
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_response_tokens")
+RUN_CONFIG = "config.json"  # what the learner and SFT write into their output_dir
+
+
+def find_run_config(model: str | None) -> Path | None:
+    """The resolved config of the run that made `model`: `<run>/config.json` beside
+    `<run>/final_model` (or inside `model` when it is the run folder itself); None otherwise."""
+    if not model:
+        return None
+    path = Path(model).expanduser()
+    for candidate in (path.parent / RUN_CONFIG, path / RUN_CONFIG):
+        if candidate.is_file() and _is_run_config(candidate):
+            return candidate
+    return None
+
+
+def _is_run_config(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    # a Hugging Face model's config.json has model_type; ours names the algorithm and the env
+    return isinstance(data, dict) and "algo" in data and "env" in data
+
+
+def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """(settings, source of each) that the run behind `model` fixes: env, env_kwargs, sampling.
+
+    SFT runs have no sampling setup; their greedy evaluation budget is kept as the response
+    budget. Empty when `model` is not a run's model."""
+    path = find_run_config(model)
+    if path is None:
+        return {}, {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); it should be the config a training run wrote") from None
+    where = f"run {path}"
+    settings: dict[str, Any] = {"env": data["env"], "env_kwargs": dict(data.get("env_kwargs") or {})}
+    for key in SAMPLING_KEYS:
+        if key in data:
+            settings[key] = data[key]
+    if "max_response_tokens" not in settings and "eval_max_response_tokens" in data:
+        settings["max_response_tokens"] = data["eval_max_response_tokens"]  # SFT
+    return settings, dict.fromkeys(settings, where)
+
+
+def held_out_range(tasks: Any, limit: int | None, first_task: int | None) -> tuple[int, int, str]:
+    """(first index, count, why) of the tasks to evaluate.
+
+    Without `first_task`: a procedural world's last `limit` tasks (held out from training), or a
+    benchmark's / data file's first `limit` tasks (the file is the evaluation set).
+
+        >>> from agent_envs.worlds import make_world
+        >>> held_out_range(make_world("arithmetic", size=1000), 100, None)
+        (900, 100, 'the last 100 of 1000 (held out: training draws start at task 0)')
+        >>> held_out_range(range(30), 100, None)
+        (0, 30, 'the first 30 of 30 (a benchmark or data file: the evaluation set itself)')
+        >>> held_out_range(range(10), None, 4)
+        (4, 6, 'from task 4 (command line)')
+    """
+    from agent_envs.worlds.base import World
+
+    total = len(tasks)
+    if first_task is not None:
+        if total - first_task <= 0:
+            raise UserError(f"the env has {total} tasks; first_task={first_task} leaves none to evaluate")
+        count = total - first_task if limit is None else min(limit, total - first_task)
+        return first_task, count, f"from task {first_task} (command line)"
+    count = total if limit is None else min(limit, total)
+    if isinstance(tasks, World):
+        if count == total:
+            return 0, count, f"all {total} (none held out: SFT trains on the first tasks)"
+        return total - count, count, f"the last {count} of {total} (held out: training draws start at task 0)"
+    return 0, count, f"the first {count} of {total} (a benchmark or data file: the evaluation set itself)"
+
+
+__all__ = ["DEFAULT_SAMPLING", "RUN_CONFIG", "SAMPLING_KEYS", "find_run_config", "held_out_range", "run_settings"]
