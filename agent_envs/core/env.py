@@ -88,7 +88,7 @@ class PromptSetup(NamedTuple):
 
     built_from_tools: Mapping[str, Tool]
     built_from_text: str | None
-    tools: list[Tool]
+    tools: tuple[Tool, ...]  # a tuple: a protocol may key a cache on it (`ArpoTags.parse`)
     system: str
     stops: list[str]
 
@@ -371,7 +371,7 @@ class ToolEnv(gym.Env[str, str]):
         (the prompting baselines swap both on a built env)."""
         setup = self._setup
         if setup is None or setup.built_from_tools is not self.tools or setup.built_from_text is not self.system_prompt_text:
-            tools = list(self.tools.values())
+            tools = tuple(self.tools.values())
             text = self.system_prompt_text
             system = text if text is not None else self.protocol.system_prompt(tools)
             setup = self._setup = PromptSetup(self.tools, text, tools, system, self.protocol.stop_sequences(list(self.tools)))
@@ -397,16 +397,16 @@ class ToolEnv(gym.Env[str, str]):
             raise TypeError(f"an action is the text of one generated segment (str), got {type(action).__name__}")
         parsed = self.protocol.parse(_encodable(action), self._prompt_setup().tools)
         ends = parsed.kind in ("answer", "end")  # marked done in the same copy: one fewer per answer
-        st = self._append(st, parsed.text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags,
-                          done=ends)
+        text = parsed.text
+        st = self._append(st, text, by_model=True, turns=st.turns + 1, flags=st.flags + parsed.flags, done=ends)
         info: dict[str, Any] = {
-            "parsed_action": parsed.text,
+            "parsed_action": text,
             "tool": parsed.tool,
             "tool_input": parsed.tool_input,
             "stop_reason": parsed.kind,
             "flags": list(parsed.flags),
         }
-        if self._over_budget(st):
+        if st.chars > self.max_response_chars or (self.tokenizer is not None and self._over_budget(st)):
             return st, parsed, info, (True, "response_budget")
         if ends:
             return st, parsed, info, (False, parsed.kind)
@@ -423,7 +423,7 @@ class ToolEnv(gym.Env[str, str]):
         if st.turns >= self.max_turns:
             return await _settled(self._finish(st, info, True, "max_turns"))
         self.state = st
-        info.update(self._episode_info(st))
+        self._add_episode_info(info, st)
         return obs, 0.0, False, False, info
 
     def _append(self, st: EpisodeState, text: str, by_model: bool, **changes: Any) -> EpisodeState:
@@ -499,36 +499,41 @@ class ToolEnv(gym.Env[str, str]):
         response = st.response
         format_ok, format_error = self.protocol.check_format(response, self.prefill)
         counts = dict(st.calls)
+        self._add_episode_info(info, st, counts)
         reward = self._grade(st.task, response, format_ok, counts)
-        ended = (st, info, truncated, why, format_ok, format_error, counts)
         if isinstance(reward, RewardResult) or not inspect.isawaitable(reward):
-            return self._ended(reward, *ended)
-        return self._ended_later(reward, *ended)
-
-    async def _ended_later(self, reward: Awaitable[RewardResult], *ended: Any) -> StepResult:
-        return self._ended(await reward, *ended)
-
-    def _ended(
-        self, reward: RewardResult, st: EpisodeState, info: dict, truncated: bool, why: str, format_ok: bool,
-        format_error: str | None, counts: dict[str, int],
-    ) -> StepResult:
-        score = reward.score
-        return "", float(score), not truncated, truncated, {
-            **info, **self._episode_info(st, counts), **reward.components, "format_ok": format_ok,
-            "format_error": format_error, "end_reason": why, "truncated": truncated, "reward": score}
+            return _ended(info, reward, truncated, why, format_ok, format_error)
+        return _ended_later(info, reward, truncated, why, format_ok, format_error)
 
     @staticmethod
-    def _episode_info(st: EpisodeState, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    def _add_episode_info(info: dict, st: EpisodeState, counts: dict[str, int] | None = None) -> None:
+        """Write the episode's counters into a step's `info` (in place: it runs on every step)."""
         counts = dict(st.calls) if counts is None else counts
-        return {
-            "calls_per_tool": counts,
-            "tool_calls": sum(counts.values()),
-            "n_invalid_calls": st.invalid_calls,
-            "tool_errors": st.failed_calls,
-            "limit_hit": st.limit_hit,
-            "turns": st.turns,
-            "prompt_version": PROMPT_VERSION,
-        }
+        info["calls_per_tool"] = counts
+        info["tool_calls"] = sum(counts.values())
+        info["n_invalid_calls"] = st.invalid_calls
+        info["tool_errors"] = st.failed_calls
+        info["limit_hit"] = st.limit_hit
+        info["turns"] = st.turns
+        info["prompt_version"] = PROMPT_VERSION
+
+
+def _ended(
+    info: dict, reward: RewardResult, truncated: bool, why: str, format_ok: bool, format_error: str | None,
+) -> StepResult:
+    """The last step's result: `info` completed with the reward's components and the verdicts."""
+    info.update(reward.components)
+    score = reward.score
+    info["format_ok"] = format_ok
+    info["format_error"] = format_error
+    info["end_reason"] = why
+    info["truncated"] = truncated
+    info["reward"] = score
+    return "", float(score), not truncated, truncated, info
+
+
+async def _ended_later(info: dict, reward: Awaitable[RewardResult], *verdicts: Any) -> StepResult:
+    return _ended(info, await reward, *verdicts)
 
 
 async def _settled(result: StepResult | Coroutine[Any, Any, StepResult]) -> StepResult:

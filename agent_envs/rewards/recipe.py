@@ -63,11 +63,6 @@ _NO_JUDGE = "em: no judge configured (RewardRecipe(judge=LLMJudge(...)))"
 T = TypeVar("T")
 
 
-def _base(task: Task, response: str, hedge: bool = True) -> dict[str, Any]:
-    pred = extract_prediction(response)
-    return {"pred": pred, **qa_scores(pred, task.answers, hedge)}
-
-
 def _exact(task: Task, pred: str | None) -> float:
     return float(pred is not None and pred.strip() in [a.strip() for a in task.answers])
 
@@ -101,8 +96,8 @@ def _components(
     when in-process checks decide, else an awaitable of them (a judge request, or a math answer
     only the symbolic stage can decide). The one grader behind `grade` and `correctness`."""
     try:
-        comps = _base(task, response, hedge)
-        pred = comps["pred"]
+        pred = extract_prediction(response)
+        comps = {"pred": pred, **qa_scores(pred, task.answers, hedge)}
         kind = task.reward
         if kind == "qa":  # the commonest kind first
             comps["correct"] = comps["em"]

@@ -73,13 +73,35 @@ def _parse_plan(enabled: tuple[str, ...], known: tuple[str, ...]) -> tuple[tuple
     return closes, disabled
 
 
+class ParsePlan(NamedTuple):
+    """What `parse` looks for, for one sequence of tools: (closing tag, tool) of each enabled
+    tool and (opening tag, flag) of each known tool that is not enabled."""
+
+    tools: Sequence[Tool] | None
+    known: tuple[str, ...] | None
+    closes: tuple[tuple[str, str], ...]
+    disabled: tuple[tuple[str, str], ...]
+
+
+_NO_PLAN = ParsePlan(None, None, (), ())
+
+
+def _plan_for(tools: Sequence[Tool]) -> ParsePlan:
+    known = known_tool_tags()
+    return ParsePlan(tools, known, *_parse_plan(tuple(t.name for t in tools), known))
+
+
 def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | None]:
     """The public ARPO recipe's format rule: (ok, failing rule). `prefill` is prompt text a chat
     template put before the response (Qwen3 can pre-fill `<think>`), so tag counts are taken over
     both. Calls of every known tool tag must be closed and answered by a result block."""
-    why = _tag_counts(response, prefill)
-    if why is not None:
-        return False, why
+    # balanced `<think>` blocks (at least one, prefill included) and exactly one answer block
+    text = prefill + response if prefill else response
+    opened = text.count("<think>")
+    if opened != text.count("</think>") or opened < 1:
+        return False, "think_tags"
+    if response.count("<answer>") != 1 or response.count("</answer>") != 1:
+        return False, "answer_tags"
     # every tool call is followed, in order, by its closing tag and a result block
     pos = 0
     opening = _tag_patterns().opening
@@ -91,28 +113,12 @@ def arpo_format_check(response: str, prefill: str = "") -> tuple[bool, str | Non
         if min(close, res, res_end) < 0:
             return False, f"{tag}_without_result"
         pos = res_end
-    why = _boxed_in(response, response.find("<answer>"), response.find("</answer>"))
-    return why is None, why
-
-
-def _tag_counts(response: str, prefill: str) -> str | None:
-    """The format rule's tag counts: balanced `<think>` blocks (at least one, prefill included) and
-    exactly one answer block."""
-    text = prefill + response if prefill else response
-    opened = text.count("<think>")
-    if opened != text.count("</think>") or opened < 1:
-        return "think_tags"
-    if response.count("<answer>") != 1 or response.count("</answer>") != 1:
-        return "answer_tags"
-    return None
-
-
-def _boxed_in(response: str, start: int, end: int) -> str | None:
-    """The format rule's last check: a closed `\\boxed{` in the answer block at `start:end`."""
-    boxed = response.find("\\boxed{", start, end)
+    # a closed `\boxed{` in the answer block
+    end = response.find("</answer>")
+    boxed = response.find("\\boxed{", response.find("<answer>"), end)
     if boxed < 0 or response.find("}", boxed, end) < 0:
-        return "no_boxed"
-    return None
+        return False, "no_boxed"
+    return True, None
 
 
 class ArpoTags(Protocol):
@@ -127,6 +133,8 @@ class ArpoTags(Protocol):
 
     def __init__(self, stop_on_answer: bool = False) -> None:
         self.stop_on_answer = stop_on_answer
+
+    _plan = _NO_PLAN  # the parse plan of the last tuple of tools seen (per instance once set)
 
     def stop_sequences(self, tools: Sequence[str]) -> list[str]:
         stops = [f"</{t}>" for t in tools]
@@ -149,7 +157,12 @@ class ArpoTags(Protocol):
         return "\n".join(lines)
 
     def parse(self, action: str, tools: Sequence[Tool]) -> ParsedAction:
-        closes, disabled = _parse_plan(tuple(t.name for t in tools), known_tool_tags())
+        plan = self._plan
+        if plan.tools is not tools or plan.known is not known_tool_tags():
+            plan = _plan_for(tools)
+            if type(tools) is tuple:  # immutable, and held by the plan: its identity is its key
+                self._plan = plan
+        closes, disabled = plan.closes, plan.disabled
         flags = ("model_wrote_result",) if "<result>" in action else ()
         for opening, flag in disabled:
             if opening in action:
