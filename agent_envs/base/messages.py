@@ -14,4 +14,5 @@ MESSAGES = {
     "no_output": "Code ran successfully with no output.",
     "invalid_call": "Invalid tool call: {reason}.",
     "tool_error": "{tool} failed: {reason}.",
+    "session_reset": "[The Python session was reset ({reason}): variables, imports and files of earlier calls are gone.]",
 }

@@ -80,6 +80,9 @@ def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]
 
 
 def worker_pids(tool: PythonTool) -> list[int]:
-    """The idle workers behind `tool`, in this process or in the service it calls."""
+    """The idle workers behind `tool`, in this process or in the service it calls; for a local
+    session tool, the workers holding its sessions."""
     sandbox, _ = tool._ensure_started()
-    return sandbox.health()["worker_pids"] if tool.backend == "service" else sandbox.worker_pids()
+    if tool.backend == "service":
+        return sandbox.health()["worker_pids"]
+    return sandbox.sessions.worker_pids() if tool.session else sandbox.worker_pids()

@@ -86,7 +86,13 @@ class SandboxResult:
 
 
 class Sandbox(ABC):
-    """A backend. `execute` is blocking and thread-safe; callers run it in threads for concurrency."""
+    """A backend. `execute` is blocking and thread-safe; callers run it in threads for concurrency.
+
+    `native_sessions`: the backend keeps live interpreters that fork (`sessions`, a `SessionPool`);
+    elsewhere a session is replayed from its cell log (see `agent_envs.tools.python`).
+    """
+
+    native_sessions = False
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config.validate()

@@ -44,6 +44,8 @@ CONTAINER_PREFIX = "agent-envs-sandbox-"
 class DockerSandbox(LocalSandbox):
     """Warm containers, started on first use, at most `config.pool_size` at a time."""
 
+    native_sessions = False  # a container's worker resets it after each call: sessions are replayed
+
     def __init__(self, config: SandboxConfig | None = None) -> None:
         super().__init__(config)
         self._engine_error: str | None = None

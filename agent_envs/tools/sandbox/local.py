@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import Sandbox, SandboxConfig, SandboxResult
+from .sessions import SessionPool
 from .worker import clean_env
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,8 @@ class _Worker:
 class LocalSandbox(Sandbox):
     """Warm workers, started on first use, at most `config.pool_size` at a time."""
 
+    native_sessions = True
+
     def __init__(self, config: SandboxConfig | None = None) -> None:
         super().__init__(config or SandboxConfig())
         self._lock = threading.Lock()
@@ -181,6 +184,7 @@ class LocalSandbox(Sandbox):
         self._env: dict[str, str] | None = None
         self._isolation: dict[str, Any] = {}
         self._closed = False
+        self.sessions = SessionPool(self)  # stateful interpreters, on workers of their own
         _live.add(self)
 
     @property
@@ -267,6 +271,7 @@ class LocalSandbox(Sandbox):
             workers, self._idle = self._idle, []
         for worker in workers:
             worker.close()
+        self.sessions.close_all()
 
 
 @atexit.register

@@ -118,8 +118,10 @@ def compile_code(code: str) -> tuple[object | None, str]:
         return None, "".join(traceback.format_exception_only(type(exc), exc))
 
 
-def run_compiled(compiled: object | None, compile_error: str, namespace: dict) -> int:
-    """Execute compiled code in `namespace`, printing like `python -c`; returns the exit status."""
+def run_compiled(compiled: object | None, compile_error: str, namespace: dict, keep_state: bool = False) -> int:
+    """Execute compiled code in `namespace`, printing like `python -c`; returns the exit status.
+
+    `keep_state`: a session's namespace outlives the call, so a MemoryError does not empty it."""
     status = 0
     if compiled is None:
         sys.stderr.write(compile_error)
@@ -134,7 +136,7 @@ def run_compiled(compiled: object | None, compile_error: str, namespace: dict) -
                 print(exc.code, file=sys.stderr)
                 status = 1
         except BaseException as exc:  # the model's code failing is a result, printed like python does
-            if isinstance(exc, MemoryError):
+            if isinstance(exc, MemoryError) and not keep_state:
                 namespace.clear()  # free what the code allocated, so the traceback can be formatted
             try:
                 sys.stderr.write(_user_traceback(exc))
@@ -488,47 +490,55 @@ def _warm_up(namespace: dict) -> None:
     sys.stdout.write("")
 
 
+def isolate_child(req: dict, iso: Isolation, workdir: str, out_fd: int, err_fd: int, keep: set[int]) -> str:
+    """In a freshly forked child: its own IPC and mount namespaces, a tmpfs working directory, /proc,
+    output on `out_fd`/`err_fd`, no other descriptor but `keep`, rlimits, no privileges. Returns
+    the working directory (a call's child and a session family's init both start this way)."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+    if iso.net:  # the worker's namespaces exist; a call's SysV IPC objects must not reach the next
+        unshare(CLONE_NEWIPC | (CLONE_NEWNS if iso.mount else 0))
+    if iso.mount:
+        kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC), _locked_flags(p)) for p in UNDER_TMP]
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0777,size={req['fsize_mb'] + 1}m")
+        for path, fd, locked in kept:  # the Python install stays visible (read-only) above the tmpfs
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+            _bind_readonly(fd, locked, path)
+            os.close(fd)
+        workdir = "/tmp"
+        if kept:  # keep the working directory itself empty of those mount points
+            workdir = "/tmp/work"
+            os.mkdir(workdir)
+            os.chmod(workdir, 0o777)  # the code may run as another uid; mkdir's mode is umasked
+    if iso.pid and iso.mount:
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(workdir)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    _close_fds_except(keep)
+    _set_limits(req)
+    if iso.user == "root-drop":
+        uid, gid = req["uid"], req["gid"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    elif iso.user == "userns":
+        clear_capabilities()  # the worker already emptied the bounding set
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if workdir != "/tmp":
+        os.environ.update(HOME=workdir, TMPDIR=workdir)
+    return workdir
+
+
 def _child(req: dict, iso: Isolation, namespace: dict, workdir: str, fds: dict[str, int]) -> None:
     """Pid 1 of the call's pid namespace (or a plain child): set up, drop privileges, wait for the
     code, run it. Never returns."""
     try:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.setsid()
-        if iso.net:  # the worker's namespaces exist; a call's SysV IPC objects must not reach the next
-            unshare(CLONE_NEWIPC | (CLONE_NEWNS if iso.mount else 0))
-        if iso.mount:
-            kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC), _locked_flags(p)) for p in UNDER_TMP]
-            mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0777,size={req['fsize_mb'] + 1}m")
-            for path, fd, locked in kept:  # the Python install stays visible (read-only) above the tmpfs
-                if os.path.isdir(f"/proc/self/fd/{fd}"):
-                    os.makedirs(path, exist_ok=True)
-                else:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    open(path, "w").close()
-                _bind_readonly(fd, locked, path)
-                os.close(fd)
-            workdir = "/tmp"
-            if kept:  # keep the working directory itself empty of those mount points
-                workdir = "/tmp/work"
-                os.mkdir(workdir)
-                os.chmod(workdir, 0o777)  # the code may run as another uid; mkdir's mode is umasked
-        if iso.pid and iso.mount:
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        os.chdir(workdir)
-        os.dup2(fds["out"], 1)
-        os.dup2(fds["err"], 2)
-        _close_fds_except({fds["code"], fds["status"]})
-        _set_limits(req)
-        if iso.user == "root-drop":
-            uid, gid = req["uid"], req["gid"]
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-        elif iso.user == "userns":
-            clear_capabilities()  # the worker already emptied the bounding set
-        prctl(PR_SET_NO_NEW_PRIVS, 1)
-        if workdir != "/tmp":
-            os.environ.update(HOME=workdir, TMPDIR=workdir)
+        isolate_child(req, iso, workdir, fds["out"], fds["err"], {fds["code"], fds["status"]})
     except BaseException as exc:
         os.write(2, f"sandbox setup failed: {exc}\n".encode())
         os._exit(EXIT_SETUP_FAILED)
@@ -741,7 +751,11 @@ def serve(config: dict) -> None:
     except Exception as exc:
         send(channel_out, {"ready": False, "error": f"preamble import failed: {type(exc).__name__}: {exc}"})
         return
+    # Stateful sessions (session_host.py) are loaded now: the isolated root may not show this directory.
+    sessions = _load_session_host() if not config.get("container") else None
     iso = isolate_worker(config)
+    if sessions is not None:
+        sessions = sessions.SessionHost(sys.modules[__name__], iso, namespace)
     # Objects that exist now are never collected: children then do not touch (copy) their pages.
     gc.collect()
     gc.freeze()
@@ -758,6 +772,9 @@ def serve(config: dict) -> None:
         if message is None:  # the parent closed the channel or died
             return
         req = json.loads(message or b"{}")
+        if "op" in req:  # a request of a stateful session (session_host.py)
+            send(channel_out, sessions.handle(req) if sessions else {"error": "no sessions in containers"})
+            continue
         limits = tuple(req[k] for k in LIMIT_FIELDS)
         call = None
         try:
@@ -784,6 +801,17 @@ def serve(config: dict) -> None:
         if not prepared:
             with contextlib.suppress(OSError):  # a failure shows again, and is reported, on the next call
                 _prepare(req, iso, namespace, prepared)
+
+
+def _load_session_host() -> object:
+    """session_host.py, beside this file (run with -I, so its directory is not on sys.path)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_host.py")
+    spec = importlib.util.spec_from_file_location("agent_envs_session_host", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def reset_container(scratch: tuple[str, ...] = ("/tmp", "/dev/shm")) -> None:
