@@ -152,6 +152,15 @@ def test_help_excerpt_matches_the_config() -> None:
         assert line in real, f"README's --help excerpt shows {line.strip()!r}; the CLI prints otherwise"
 
 
+def test_preset_excerpt_matches_the_file() -> None:
+    """The README's preset excerpt shows the keys and values the preset file holds."""
+    import yaml
+
+    name, body = _find(r"```yaml\n# (configs/\S+\.yaml)[^\n]*\n(.*?)```", README, "README's preset excerpt").groups()
+    shown, real = yaml.safe_load(body), yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
+    assert shown == real, f"README's excerpt of {name}: {shown}; the file: {real}"
+
+
 @functools.cache
 def _subcommands() -> frozenset[str]:
     from agent_envs.cli import build_parser
