@@ -109,6 +109,12 @@ def test_json_final_answer_and_observation_without_tokenizer():
     assert obs.endswith("<|im_start|>assistant\n")
 
 
+def test_json_format_verdict_names_a_failing_rule_only_when_it_fails():
+    proto = JsonToolCalls()
+    assert proto.check_format("The answer is \\boxed{4}.") == (True, None)
+    assert proto.check_format("no idea") == (False, "no_answer")
+
+
 def test_json_observation_from_chat_template():
     """With a tokenizer, the tool turn is whatever the chat template renders for a tool message."""
     transformers = pytest.importorskip("transformers")
