@@ -21,6 +21,8 @@ import importlib
 import json
 from typing import Any
 
+from algorithms.base.presets import find_preset
+
 # name -> "module:LearnerClass"
 ALGORITHMS = {
     "grpo": "algorithms.grpo:GRPOLearner",
@@ -119,7 +121,8 @@ def add_cli(subparsers: Any) -> None:
     )
     p.add_argument("-h", "--help", action="store_true", help="show this help and every config key of --algo")
     p.add_argument("--algo", choices=sorted(ALGORITHMS), help="the algorithm (required)")
-    p.add_argument("--config", default=None, help="YAML preset (configs/*.yaml)")
+    p.add_argument("--config", default=None, type=find_preset,
+                   help="YAML preset: a file, or a shipped preset's name (grpo_tiny.yaml)")
     p.add_argument(
         "--resume",
         action="store_const",
@@ -136,7 +139,8 @@ def add_cli(subparsers: Any) -> None:
         "sft", help="cold-start SFT on tool-use traces (gold traces or a JSONL)", add_help=False
     )
     p.add_argument("-h", "--help", action="store_true", help="show this help and every config key")
-    p.add_argument("--config", default=None, help="YAML preset (configs/sft_*.yaml)")
+    p.add_argument("--config", default=None, type=find_preset,
+                   help="YAML preset: a file, or a shipped preset's name (sft_tiny.yaml)")
     p.add_argument("--env", default=None, help="env id: the same as the env=ID override (default: the preset's)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_sft, parser=p)

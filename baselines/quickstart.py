@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_envs.base.config import add_flags, build_config, check_types, flag_values, option, require
+from algorithms.base.presets import presets_dir
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 SAMPLES = 4  # samples per held-out task in the sampled evaluation
 
 

@@ -41,9 +41,10 @@ from agent_envs.base.config import (
     require,
     suggest,
 )
+from algorithms.base.presets import find_preset, presets_dir
 from baselines.comparison.report import MANIFEST, RUN_RESULT, write_report
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 # the per-step metrics kept in result.json for the curves
 CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
 
@@ -83,7 +84,7 @@ def spec_config(spec: RunSpec) -> Any:
     from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
 
-    return build_config(learner_class(spec.algo).config_class, spec.config.format(algo=spec.algo),
+    return build_config(learner_class(spec.algo).config_class, find_preset(spec.config.format(algo=spec.algo)),
                         [*spec.overrides, f"seed={spec.seed}", f"output_dir={spec.run_dir}",
                          f"threads={spec.threads}"])
 
