@@ -134,10 +134,14 @@ class TinyModelConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def default_cache_dir() -> Path:
+def cache_root() -> Path:
+    """Where models built or converted here are kept: `$AGENT_ENVS_CACHE`, else ~/.cache/agent-envs."""
     root = os.environ.get("AGENT_ENVS_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "agent-envs"
-    return base / "tiny-models"
+    return Path(root) if root else Path.home() / ".cache" / "agent-envs"
+
+
+def default_cache_dir() -> Path:
+    return cache_root() / "tiny-models"
 
 
 # -- procedural episode text ----------------------------------------------------------------------
@@ -386,6 +390,7 @@ __all__ = [
     "PROTOCOL_TAGS",
     "TinyModelConfig",
     "build_tiny_model",
+    "cache_root",
     "corpus",
     "default_cache_dir",
 ]

@@ -2,6 +2,7 @@
 
     agent-envs check-template runs/sft_tiny/final_model
     agent-envs check-template tiny --template qwen3.jinja
+    agent-envs check-template smollm2
 
     >>> from algorithms.rollout.chat_template import JinjaTemplate, certify
     >>> chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
@@ -193,8 +194,9 @@ def _tool_turn(tok: Any) -> str:
 def load(source: str | None, template: str | None = None) -> tuple[Any, str]:
     """A tokenizer (or a bare template) and a name for the report.
 
-    `source`: `tiny`, a model or tokenizer folder, a folder holding one `.gguf` file, or a `.gguf`
-    file; `template`: a Jinja file that replaces the tokenizer's template (alone: text checks).
+    `source`: a model name of the resolver (`tiny`, `smollm2`), a model or tokenizer folder, a
+    folder holding one `.gguf` file, or a `.gguf` file; `template`: a Jinja file that replaces
+    the tokenizer's template (alone: text checks).
     """
     tok = None
     name = source or ""
@@ -219,10 +221,10 @@ def load(source: str | None, template: str | None = None) -> tuple[Any, str]:
 def _tokenizer(source: str) -> Any:
     from transformers import AutoTokenizer
 
-    if source == "tiny":
-        from algorithms.models.tiny import build_tiny_model
+    from algorithms.models.resolve import NAMED_MODELS, resolve_model
 
-        return AutoTokenizer.from_pretrained(build_tiny_model())
+    if source in NAMED_MODELS:  # tiny, smollm2: built or converted on first use
+        return AutoTokenizer.from_pretrained(resolve_model(source))
     path = Path(source)
     if path.is_file() and path.suffix == ".gguf":
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -241,7 +243,8 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "check-template", help="does a chat template preserve prefixes across turns? (docs/diagnostics.md)"
     )
-    p.add_argument("model", nargs="?", help="tiny, a model or tokenizer folder, or a .gguf file (or its folder)")
+    p.add_argument("model", nargs="?",
+                   help="tiny, smollm2, a model or tokenizer folder, or a .gguf file (or its folder)")
     p.add_argument("--template", help="a Jinja chat template file (replaces the tokenizer's)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_run)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +121,19 @@ class HFEngine:
         # in a worker thread, so env tool calls keep running on the event loop meanwhile
         return await asyncio.to_thread(self.generate, prompts, params)
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
+    def sync_weights(self, model: torch.nn.Module | Mapping[str, torch.Tensor] | Iterable[tuple[str, Any]]) -> None:
+        """Load the learner's weights: a module (LoRA adapters merged, `algorithms.models.lora`),
+        a full state dict, or (name, tensor) pairs, under the base model's names."""
         if model is self.model:
             return
+        if isinstance(model, torch.nn.Module):
+            from algorithms.models.lora import merged_state_dict
+
+            state = merged_state_dict(model)  # a plain model's own state dict; a copy under LoRA
+        else:
+            state = model if isinstance(model, Mapping) else dict(model)
         with self._lock, torch.no_grad():
-            self.model.load_state_dict(model.state_dict())
+            self.model.load_state_dict(state)
             self.prefix_cache.clear()
 
     def stats(self) -> dict[str, float]:

