@@ -151,8 +151,10 @@ def batch_infos(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     n = len(infos)
     if not n:
         return {}
-    keys = infos[0].keys()
-    if all(info.keys() == keys for info in infos):  # the common case: one column per key at C speed
+    keys = tuple(infos[0])
+    # the common case, the same keys in the same order (dict views compare as sets, so not
+    # `info.keys() == ...`): one column per key, cut at C speed
+    if all(tuple(info) == keys for info in infos):
         columns = dict(zip(keys, zip(*[info.values() for info in infos], strict=True), strict=True))
         everywhere = np.ones(n, dtype=np.bool_)
         out: dict[str, Any] = {}

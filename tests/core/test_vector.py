@@ -147,3 +147,5 @@ def test_infos_follow_gymnasiums_vector_convention():
     assert infos["ok"].tolist() == [False, True] and infos["_ok"].tolist() == [False, True]
     assert infos["calls"]["search"].tolist() == [1, 0] and infos["_calls"].tolist() == [True, False]
     assert infos["calls"]["_search"].tolist() == [True, False]
+    swapped = batch_infos([{"a": 1, "b": "x"}, {"b": "y", "a": 2}])  # same keys, another order
+    assert swapped["a"].tolist() == [1, 2] and swapped["b"].tolist() == ["x", "y"]
