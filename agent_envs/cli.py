@@ -33,6 +33,7 @@ _SUBCOMMAND_MODULES = (
     "agent_envs.server.env_server",
     "agent_envs.server.mcp",
     "algorithms.cli",
+    "algorithms.gateway.server",
     "baselines.cli",
 )
 
