@@ -1,12 +1,13 @@
 # Two entry points for a fresh machine; each creates .venv and installs what it needs.
 #   make quickstart   build a tiny model, SFT it on tool-use traces, RL-train it, evaluate (CPU)
 #   make test         the test suite (unit + integration with real vLLM, servers, sandbox)
+#   make test-fast    the day-to-day subset: the tests not marked slow or stress, and ruff
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install quickstart test stress lint bench clean
+.PHONY: install quickstart test test-fast stress lint bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,9 +26,16 @@ install: $(STAMP)
 quickstart: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(VENV)/bin/agent-envs quickstart
 
+# OMP_NUM_THREADS=1 is for speed, not correctness: the tests' processes and servers share few cores,
+# and one torch thread each keeps them from oversubscribing (the vLLM engine sets its own threads).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
+
+# what to run while working: no `slow` (over ~5 s each) or `stress` tests; `make test` before a push
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow and not stress" --durations=10
 
 # the long fault, load and adversarial suites; counts are printed (-s)
 stress: $(STAMP)
