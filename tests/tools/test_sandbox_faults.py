@@ -77,6 +77,7 @@ def test_worker_killed_mid_call_is_an_error_observation_and_replaced(target):
         tool.close()
 
 
+@pytest.mark.slow  # starts the module's service (~9 s under load), which only slow tests then share
 def test_service_worker_killed_mid_call(service):
     service_pid, url = service
     tool = make_tool("service", url, timeout_s=5)
@@ -130,9 +131,10 @@ def check_episodes(texts: list[str], episodes: int, turns: int, label: str) -> N
     assert texts == want
 
 
-@pytest.mark.parametrize("backend", ["local", "service"])
-async def test_64_concurrent_episodes_each_get_their_own_results(backend, service_url):
-    tool = make_tool(backend, service_url, timeout_s=10, pool_size=4)
+@pytest.mark.parametrize("backend", ["local", pytest.param("service", marks=pytest.mark.slow)])
+async def test_64_concurrent_episodes_each_get_their_own_results(backend, request):
+    url = request.getfixturevalue("service_url") if backend == "service" else None  # local: no service to start
+    tool = make_tool(backend, url, timeout_s=10, pool_size=4)
     try:
         texts = await run_episodes(tool, episodes=64, turns=2, think_s=0.02)
         check_episodes(texts, 64, 2, backend)
@@ -188,6 +190,7 @@ def _health(url: str) -> dict:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_service_restart_finishes_calls_in_flight_and_swaps_workers():
     with sandbox_service("--workers", "2", "--timeout", "5") as (proc, url):
         assert _health(url)["status"] == "ok" and len(_health(url)["worker_pids"]) == 2  # started eagerly
@@ -212,6 +215,7 @@ def test_service_restart_finishes_calls_in_flight_and_swaps_workers():
         print(f"\n[restart] old workers {sorted(old)} -> {_health(url)['worker_pids']}")
 
 
+@pytest.mark.slow
 def test_service_bounds_its_queue_and_stops_gracefully():
     with sandbox_service("--workers", "1", "--max-queue", "1", "--timeout", "5") as (proc, url):
         slow = {"code": "import time\ntime.sleep(1.0)\nprint('done')"}
@@ -234,6 +238,7 @@ def test_service_bounds_its_queue_and_stops_gracefully():
         assert proc.wait(timeout=30) == 0
 
 
+@pytest.mark.slow  # the module's service: see test_service_worker_killed_mid_call
 def test_service_rejects_malformed_requests_with_the_reason(service_url):
     assert _post(service_url, {"cod": "1"}) == (400, {"error": "request body must be a JSON object with 'code' (string)"})
     status, body = _post(service_url, {"code": "1", "timeout_s": -1})
@@ -284,6 +289,7 @@ def test_children_for_the_next_calls_are_prepared_while_idle():
         tool.close()
 
 
+@pytest.mark.slow
 def test_service_refuses_a_call_that_waited_a_whole_timeout():
     with sandbox_service("--workers", "1", "--max-queue", "4", "--timeout", "2") as (_, url):
         slow = {"code": "import time\ntime.sleep(1.2)\nprint('done')"}
