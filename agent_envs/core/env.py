@@ -239,6 +239,7 @@ class ToolEnv(gym.Env[str, str]):
         self.metrics = ToolMetrics()
         self.state: EpisodeState | None = None
         self._setup: PromptSetup | None = None  # see `_prompt_setup`
+        self._sessions: dict[str, Tool] = {}  # this episode's sessions of stateful tools (`_tool_for`)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -266,6 +267,7 @@ class ToolEnv(gym.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
+        self._end_sessions()
         options = options or {}
         if "task" in options:
             task, index = options["task"], -1
@@ -328,6 +330,7 @@ class ToolEnv(gym.Env[str, str]):
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin.metrics = ToolMetrics()
+        twin._sessions = {name: session.fork() for name, session in self._sessions.items()}
         if self._np_random is not None:
             twin._np_random = gym.utils.seeding.np_random(int(self._np_random.integers(1 << 31)))[0]
         return twin
@@ -349,6 +352,7 @@ class ToolEnv(gym.Env[str, str]):
 
     async def aclose(self) -> None:
         """Release the tools' pooled resources held on the running loop; tools reopen them if used again."""
+        self._end_sessions()
         for tool in self.tools.values():
             await tool.aclose()
 
@@ -358,6 +362,7 @@ class ToolEnv(gym.Env[str, str]):
         Tools may be shared with other envs of this process; they reopen what they need on their
         next call. Sessions opened by `astep` on a caller's loop are released by `await aclose()`.
         """
+        self._end_sessions()
         loop = _LOOP
         if loop is None or loop.is_closed() or not loop.is_running():
             return
@@ -462,7 +467,7 @@ class ToolEnv(gym.Env[str, str]):
         if repeated:  # counts toward the limit but is not executed
             info["repeated_query"] = True
             return MESSAGES["repeated_query"], st
-        result = await self._call(tool, parsed.tool_input or "")
+        result = await self._call(self._tool_for(tool), parsed.tool_input or "")
         st = st.evolve(failed_calls=st.failed_calls + (not result.ok))
         info["tool_result"] = {"ok": result.ok, "error": result.error, "latency_s": result.latency_s,
                                "cached": result.cached, "retries": result.retries}
@@ -488,6 +493,25 @@ class ToolEnv(gym.Env[str, str]):
         m.max_time_s = max(m.max_time_s, result.latency_s)
         return result
 
+    # -- stateful tools (`session = True`): one session per episode, forked with the env --
+
+    def _tool_for(self, tool: Tool) -> Tool:
+        """What a call of `tool` runs on: for a tool with `session = True`, this episode's session
+        of it (opened at its first call; `reset` and the episode's end close it, `fork` forks it)."""
+        if getattr(tool, "session", False) is not True:
+            return tool
+        session = self._sessions.get(tool.name)
+        if session is None:
+            session = self._sessions[tool.name] = tool.open_session()
+        return session
+
+    def _end_sessions(self) -> None:
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            session.close()
+
+    # -- end of stateful tools --
+
     def _finish(
         self, st: EpisodeState, info: dict, truncated: bool, why: str,
     ) -> StepResult | Coroutine[Any, Any, StepResult]:
@@ -496,6 +520,8 @@ class ToolEnv(gym.Env[str, str]):
         if not st.done:
             st = st.evolve(done=True)
         self.state = st
+        if self._sessions:
+            self._end_sessions()
         response = st.response
         format_ok, format_error = self.protocol.check_format(response, self.prefill)
         counts = dict(st.calls)

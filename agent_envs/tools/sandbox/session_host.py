@@ -90,8 +90,9 @@ def _reseed(seed: int) -> None:
                 seeder(module)
 
 
-def _enter(home: str, ctrl: socket.socket, out_fd: int, err_fd: int) -> None:
-    """Become a session's interpreter: own process group, output on the pipes, home directory."""
+def _enter(home: str, ctrl: socket.socket, out_fd: int, err_fd: int, hello: bool = True) -> None:
+    """Become a session's interpreter: own process group, output on the pipes, home directory;
+    `hello` sends the worker this process's pidfd (a fork's parent sends it instead)."""
     os.setsid()
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
@@ -99,9 +100,10 @@ def _enter(home: str, ctrl: socket.socket, out_fd: int, err_fd: int) -> None:
     os.makedirs(home, exist_ok=True)
     os.chdir(home)
     os.environ.update(HOME=home, TMPDIR=home)
-    pidfd = os.pidfd_open(os.getpid())
-    send_message(ctrl, {"ready": True, "home": home}, (pidfd,))
-    os.close(pidfd)
+    if hello:
+        pidfd = os.pidfd_open(os.getpid())
+        send_message(ctrl, {"ready": True, "home": home}, (pidfd,))
+        os.close(pidfd)
 
 
 def _fork(ctrl: socket.socket, home: str, seed: int) -> tuple[socket.socket, str] | None:
@@ -123,15 +125,18 @@ def _fork(ctrl: socket.socket, home: str, seed: int) -> tuple[socket.socket, str
             os.makedirs(new_home, exist_ok=True)
             os.write(err_w, f"[session fork: files not copied: {exc}]\n".encode())
         _reseed(seed)
-        _enter(new_home, mine, out_w, err_w)
+        _enter(new_home, mine, out_w, err_w, hello=False)
         return mine, new_home
+    # The worker gets the fork's pidfd from here, so it need not wait for the fork to be scheduled:
+    # the fork sets itself up while the worker answers, and reads its first cell when ready.
+    pidfd = os.pidfd_open(pid)
     mine.close()
     os.close(out_w)
     os.close(err_w)
-    send_message(ctrl, {"forked": True}, (theirs.fileno(), out_r, err_r))
+    send_message(ctrl, {"forked": True}, (theirs.fileno(), out_r, err_r, pidfd))
+    for fd in (out_r, err_r, pidfd):
+        os.close(fd)
     theirs.close()
-    os.close(out_r)
-    os.close(err_r)
     return None
 
 
@@ -174,9 +179,13 @@ class Session:
         hello, fds = recv_message(self.ctrl)
         if hello is None or not fds:
             raise OSError("the session's interpreter did not start")
-        self.pidfd = fds[0]
         for fd in fds[1:]:
             os.close(fd)
+        self.adopt(fds[0])
+
+    def adopt(self, pidfd: int) -> None:
+        """Take the interpreter's pidfd; find its pid here (for the process-group kill)."""
+        self.pidfd = pidfd
         with open(f"/proc/self/fdinfo/{self.pidfd}") as f:
             self.pid = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
 
@@ -337,7 +346,7 @@ class SessionHost:
         parent.ctrl.settimeout(30.0)
         send_message(parent.ctrl, {"op": "fork", "seed": int(req["seed"])})
         reply, fds = recv_message(parent.ctrl)
-        if reply is None or len(fds) != 3:
+        if reply is None or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
             parent.lost = "the interpreter died while forking"
@@ -345,10 +354,10 @@ class SessionHost:
         ctrl = socket.socket(fileno=fds[0])
         child = Session(self._new_sid(), parent.family, ctrl, fds[1], fds[2])
         try:
-            child.attach(time.monotonic() + 30.0)
-        except OSError:
+            child.adopt(fds[3])
+        except (OSError, StopIteration) as exc:
             child.close()
-            raise
+            raise OSError(f"cannot follow the fork: {exc}") from None
         parent.family.members.add(child.sid)
         self.sessions[child.sid] = child
         return child.sid
