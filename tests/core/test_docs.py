@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-PAGES = ["adding-a-benchmark.md", "envs.md", "reliability.md"]
+PAGES = ["adding-a-benchmark.md", pytest.param("envs.md", marks=pytest.mark.slow), "reliability.md"]
 
 
 def blocks(page: str) -> list[tuple[int, str]]:

@@ -50,6 +50,7 @@ def spec_for(rel: str) -> tuple[str, str]:
     raise AssertionError(f"{rel} is in the shared data but in no BenchmarkSpec.files")
 
 
+@pytest.mark.slow
 def test_every_shared_file_loads_and_self_scores(shared_data: Path) -> None:
     recipe = make_reward("standard")
     rows, failures, seen_unscorable = [], [], set()
@@ -103,6 +104,7 @@ def test_every_benchmark_loads_by_name(shared_data: Path) -> None:
     assert load_benchmark("AIME2024")[0].question == load_benchmark("aime24")[0].question  # aliases
 
 
+@pytest.mark.slow
 def test_contamination_filter_finds_the_documented_overlaps(shared_data: Path) -> None:
     train = load_benchmark("arpo_rl")
     hotpot = load_local_splits("hotpotqa")

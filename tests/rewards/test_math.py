@@ -135,6 +135,7 @@ def test_no_prediction_and_garbage_never_raise() -> None:
         assert r.score in (0.0, 1.0)
 
 
+@pytest.mark.slow
 def test_pathological_expression_times_out_and_the_worker_is_reaped() -> None:
     pool = default_pool()
     pool.warmup()
@@ -150,6 +151,7 @@ def test_pathological_expression_times_out_and_the_worker_is_reaped() -> None:
     assert math_reward(wrap("\\sqrt{8}"), ["2\\sqrt{2}"], timeout=30).score == 1.0
 
 
+@pytest.mark.slow
 def test_timeout_works_off_the_main_thread() -> None:
     out: dict = {}
 
@@ -165,6 +167,7 @@ def test_timeout_works_off_the_main_thread() -> None:
     assert out["fast"].score == 1.0
 
 
+@pytest.mark.slow
 async def test_async_grading_keeps_the_event_loop_running() -> None:
     ticks = 0
 

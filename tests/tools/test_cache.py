@@ -99,6 +99,7 @@ def _writer(path: str, worker: int, n: int, barrier) -> dict:  # runs in a child
     return {"seen_other": seen, **cache.stats()}
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_sqlite_file(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.sqlite")
     ToolCache(path).close()  # create the schema once, as a launcher would

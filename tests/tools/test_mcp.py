@@ -354,6 +354,7 @@ def test_bare_and_json_forms_are_one_call(ours):
 # -- the docs run --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_docs_examples_run(tmp_path):
     """docs/interop.md's MCP examples, run as written, in order, in one fresh interpreter."""
     text = (REPO / "docs" / "interop.md").read_text()

@@ -234,6 +234,7 @@ if sys.argv[2] == "close":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["close", "exit"])
 async def test_a_process_that_searched_ends_without_unclosed_sessions(
     small_server: RetrieverServer, ending: str
@@ -331,6 +332,7 @@ def test_cli_subprocess_serves_the_corpus(shared_data: Path, index_dir: Path) ->
     assert "12816 passages" in out and f"listening on http://127.0.0.1:{port}/retrieve" in out
 
 
+@pytest.mark.slow
 def test_cli_reports_a_missing_corpus(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
