@@ -20,9 +20,9 @@ the next optimizer step still updates `A` and `B` only.
     >>> set(merged_state_dict(model)) == names   # what an engine's load_weights expects
     True
 
-Checkpoints keep the adapters only (`save_adapters` / `load_adapters`, peft's
-`adapter_model.safetensors` + `adapter_config.json`); a final model for serving is the merged
-state dict saved with the base model's `save_pretrained`.
+Checkpoints can keep the adapters only (`save_adapters` / `load_adapters`, peft's
+`adapter_model.safetensors` + `adapter_config.json`); a final model for serving is a plain
+checkpoint folder of the merged weights (`save_merged`).
 """
 
 from __future__ import annotations
@@ -183,6 +183,19 @@ def merged_state_dict(model: Any, state: Mapping[str, torch.Tensor] | None = Non
     return {name: t.detach() for name, t in merged_weights(state.items(), model)}
 
 
+def save_merged(model: Any, out_dir: str | Path, state: Mapping[str, torch.Tensor] | None = None) -> Path:
+    """`save_pretrained` the merged model: a plain checkpoint folder (no peft needed to load it)
+    that transformers and vLLM load like any other; `state` as in `merged_state_dict`. A model
+    without adapters is saved as it is. The tokenizer is the caller's to save beside it."""
+    out = Path(out_dir)
+    module = _unwrap(model)
+    merged = merged_state_dict(module, state)
+    base = module.get_base_model() if is_lora(module) else module
+    # the base model's own config and generation config; the merged tensors under its names
+    base.save_pretrained(out, state_dict=merged, safe_serialization=True)
+    return out
+
+
 def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
     """Only the adapter tensors of `model`, under peft's portable names (no adapter name)."""
     from peft import get_peft_model_state_dict
@@ -237,5 +250,6 @@ __all__ = [
     "merged_state_dict",
     "merged_weights",
     "save_adapters",
+    "save_merged",
     "wrap_lora",
 ]

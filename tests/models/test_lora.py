@@ -17,6 +17,7 @@ from algorithms.models.lora import (
     merged_state_dict,
     merged_weights,
     save_adapters,
+    save_merged,
     wrap_lora,
 )
 from algorithms.models.resolve import resolve_model
@@ -143,6 +144,18 @@ def test_server_sync_writes_merged_weights(tmp_path, monkeypatch):
     ids = torch.arange(2, 30)[None]
     with torch.no_grad():
         assert torch.allclose(served(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-4)
+
+
+def test_the_merged_model_saves_as_a_plain_checkpoint(tmp_path):
+    model = trained_lora()
+    out = save_merged(model, tmp_path / "final_model")
+    assert not (out / "adapter_config.json").exists() and (out / "config.json").is_file()
+    saved = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assert not is_lora(saved) and set(saved.state_dict()) == set(merged_state_dict(model))
+    ids = torch.arange(2, 30)[None]
+    with torch.no_grad():
+        assert torch.allclose(saved(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-4)
+    assert is_lora(model)  # saving merged a copy
 
 
 def test_adapters_save_and_load_exactly(tmp_path):
