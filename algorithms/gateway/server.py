@@ -297,10 +297,11 @@ def grade_with_env(traj: StitchedTrajectory, tokenizer: Any, body: dict[str, Any
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from algorithms.models import resolve_model
+    from algorithms.models.resolve import resolve_model
     from algorithms.rollout.engines import make_engine
 
-    engine = make_engine(args.engine, resolve_model(args.model), base_url=args.base_url)
+    folder = resolve_model(args.model)
+    engine = make_engine(args.engine, folder, tokenizer=folder, base_url=args.base_url)
     gateway = Gateway(engine, model_name=args.model)
 
     async def run() -> None:

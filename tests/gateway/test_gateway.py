@@ -194,3 +194,39 @@ def test_take_waits_for_rewarded_sessions_and_groups_by_prompt():
     trajs = to_trajectories(taken)
     assert [t.group_id for t in trajs] == [0, 0, 1] and [t.reward for t in trajs] == [1.0, 0.0, 1.0]
     assert log.names() == []
+
+
+def test_the_gateway_command_serves_an_openai_client(tmp_path):
+    import os
+    import signal
+    import time
+
+    from tests.servers import REPO, free_port
+
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "agent_envs.cli", "gateway", "--model", "tiny", "--engine", "hf",
+                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.3)
+        from openai import OpenAI
+
+        client = OpenAI(base_url=url + "/v1", api_key="session-7")  # the key names the session
+        reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        with urllib.request.urlopen(url + "/sessions/session-7", timeout=10) as r:
+            assert json.load(r)["calls"] == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

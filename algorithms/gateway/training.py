@@ -1,0 +1,46 @@
+"""Training on gateway sessions: `rollout_source: gateway` in a learner's config.
+
+The learner serves its own rollout engine through the gateway (so sessions are sampled from the
+policy being trained, weights always current) and, at each step, waits for enough rewarded
+sessions instead of rolling out envs itself. Sessions that share their first prompt form a GRPO
+group; everything after collection (advantages, loss, update, sync) is the learner's usual step.
+
+    agent-envs train --algo grpo model=tiny rollout_source=gateway gateway_port=8200
+    # then point the agent at http://127.0.0.1:8200/s/<session>/v1 and post rewards
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from algorithms.gateway.server import Gateway
+from algorithms.gateway.sessions import to_trajectories
+
+
+class GatewaySource:
+    """A gateway on a background event loop, handing rewarded sessions to the learner."""
+
+    def __init__(self, engine: Any, *, host: str = "127.0.0.1", port: int = 8200, model_name: str = "policy") -> None:
+        self.gateway = Gateway(engine, model_name=model_name)
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="agent-envs-gateway", daemon=True).start()
+        self.url = asyncio.run_coroutine_threadsafe(self.gateway.start(host, port), self._loop).result()
+        self._next_traj_id = 0
+
+    def trajectories(self, sessions: int, timeout_s: float | None = None) -> tuple[list[Any], dict[str, float]]:
+        """The next `sessions` rewarded sessions as trajectories, and what they cost in drift."""
+        taken = self.gateway.sessions.take(sessions, timeout_s)
+        trajs = to_trajectories(taken, self._next_traj_id)
+        self._next_traj_id += len(trajs)
+        drift = sum(len(s.drift) for s in taken)
+        return trajs, {"gateway/sessions": float(len(taken)), "gateway/branches": float(len(trajs)),
+                       "gateway/drift_calls": float(drift)}
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+__all__ = ["GatewaySource"]
