@@ -30,8 +30,6 @@ _SUBCOMMAND_MODULES = (
     "agent_envs.data.download",
     "agent_envs.server.retriever",
     "agent_envs.server.sandbox",
-    "agent_envs.server.env_server",
-    "agent_envs.server.mcp",
     "algorithms.cli",
     "algorithms.gateway.server",
     "baselines.cli",
@@ -176,9 +174,10 @@ def _env_settings_help() -> str:
     return "\n".join(lines)
 
 
-# what a user's mistake raises: the message names the id, file or key and what to do. OSError
-# covers missing files and folders and a port already in use.
-_USER_MISTAKES = (ValueError, OSError, KeyError)
+# what a user's mistake raises: the message names the id, file or key and what to do (UserError
+# and the ValueErrors of config checks; OSError: a missing file or folder, a port in use;
+# ImportError: an optional engine or extra that is not installed)
+_USER_MISTAKES = (ValueError, OSError, ImportError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,12 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(args.command, exc.code, exc)
         raise
     except _USER_MISTAKES as exc:
-        return _fail(args.command, _describe(exc), exc)
+        return _fail(args.command, _describe(exc, args), exc)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, args: argparse.Namespace) -> str:
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        return f"{exc.strerror or exc}: the port is in use; pick another with --port or stop what listens there"
+        port = getattr(args, "port", None)
+        return (f"port {port} is in use ({exc.strerror or exc}); pick another with --port, or stop what "
+                "listens there")
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
         text = f"{exc.filename}: {exc.strerror or text}"

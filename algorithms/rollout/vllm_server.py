@@ -80,11 +80,8 @@ class VLLMServerEngine(OpenAIEngine):
         from safetensors.torch import save_file
 
         if hasattr(model, "state_dict"):
-            from algorithms.models.lora import merged_state_dict
-
             module = getattr(model, "module", model)  # unwrap DDP
-            # LoRA adapters merged into a copy, under the base model's names
-            tensors, config = merged_state_dict(module), config or getattr(module, "config", None)
+            tensors, config = module.state_dict(), config or getattr(module, "config", None)
         else:
             tensors = model
         # clone shared tensors (a tied lm_head) so safetensors stores each name on its own
@@ -142,6 +139,11 @@ def server_command(model: str, port: int, host: str = "127.0.0.1", extra: list[s
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import socket
+
+    with socket.socket() as probe:  # a port in use: one line now, not vLLM's traceback after loading
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((args.host, args.port))
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
     cmd = server_command(args.model, args.port, args.host, shlex.split(args.vllm_args))
     print("serving the policy for rollouts:", " ".join(cmd[:3]), "...", flush=True)

@@ -99,3 +99,9 @@ def test_the_command_line_overrides_the_run_key_by_key(tiny_run):
     # another env than the run's: none of the run's env settings or sampling carry over
     cfg, _, lines = resolve(EvalConfig(model=str(tiny_run / "final_model"), env="AgentQA-v0", engine="hf"))
     assert cfg.env_kwargs == {} and cfg.max_response_tokens == 1024 and "(command line)" in lines[0]
+
+
+def test_model_tiny_is_built_locally_as_in_train(tmp_path):
+    summary = evaluate(EvalConfig(env="AgentMath-v0", model="tiny", engine="hf", limit=1, max_response_tokens=4,
+                                  health="off", out=str(tmp_path)))
+    assert summary["metrics"]["tasks"] == 1 and summary["config"]["model"] == "tiny"

@@ -1,0 +1,117 @@
+"""Every user mistake on the `agent-envs` command line is one line on stderr and exit status 2,
+without a traceback: unknown ids, missing files and folders, bad overrides, damaged recordings,
+ports in use. Each row runs the real command in a fresh process, as a user does.
+
+The port cases hold a real listening socket on 127.0.0.1 and start the real servers against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# log records a server writes while it starts (time, level): not the error line
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
+
+# (argv, words the one stderr line holds); {tmp} is a fresh folder, {port} a port in use
+CASES = [
+    (["play", "AgentMaths-v0"], ["'AgentMaths-v0' is not a registered env id", "did you mean 'AgentMath-v0'"]),
+    (["play"], ["play needs an env id", "agent-envs list"]),
+    (["play", "AgentMath-v0", "max_tool_calls=x"], ["'env_kwargs.max_tool_calls' must be an integer, got 'x'"]),
+    (["play", "AgentMath-v0", "max_tool_cals=1"], ["max_tool_cals", "did you mean 'max_tool_calls'"]),
+    (["play", "AgentMath-v0", "world.difficulty=9"], ["'ArithmeticConfig.difficulty' must be in [1, 3], got 9"]),
+    (["play", "AgentMath-v0", "--seed", "x"], ["'seed' must be an integer, got 'x'"]),
+    (["train", "--algo", "grpo", "model=tiny", "env=AgentMaths-v0"], ["'AgentMaths-v0' is not a registered env id"]),
+    (["train", "--algo", "grpo", "--config", "{tmp}/nope.yaml"], ["config file {tmp}/nope.yaml not found"]),
+    (["train", "--algo", "grpo", "model=tiny", "lrr=1"], ["unknown config key 'lrr'", "did you mean 'lr'"]),
+    (["train", "--algo", "grpo", "model={tmp}/no_model"], ["{tmp}/no_model does not exist"]),
+    (["train", "--algo", "grpo", "model=tiny", "--resume-from", "{tmp}/no_run"], ["--resume-from {tmp}/no_run",
+                                                                                   "neither a checkpoint"]),
+    (["train", "--algo", "grpx"], ["invalid choice: 'grpx'"]),
+    (["sft", "env=AgentMaths-v0"], ["'AgentMaths-v0' is not a registered env id"]),
+    (["sft", "model=tiny", "data={tmp}/nope.jsonl"], ["SFT data file", "{tmp}/nope.jsonl not found"]),
+    (["evaluate", "--env", "AgentMaths-v0", "--model", "tiny"], ["'AgentMaths-v0' is not a registered env id"]),
+    (["evaluate", "--env", "AgentMath-v0", "--model", "{tmp}/no_model"], ["{tmp}/no_model does not exist"]),
+    (["evaluate", "--model", "tiny"], ["evaluate needs --env", "not a run's model"]),
+    (["evaluate", "--env", "AgentMath-v0", "--model", "tiny", "temprature=0"], ["did you mean 'temperature'"]),
+    (["evaluate", "--env", "AgentMath-v0", "--model", "tiny", "--n", "two"], ["'n' must be an integer"]),
+    (["evaluate", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["evaluate", "--replay", "{tmp}/no_recording"], ["--replay {tmp}/no_recording: no such folder"]),
+    (["evaluate", "--replay", "{tmp}/broken_summary"], ["{tmp}/broken_summary/summary.json: not valid JSON"]),
+    (["evaluate", "--replay", "{tmp}/broken_samples"], ["{tmp}/broken_samples/samples.jsonl, line 2: not valid JSON"]),
+    (["evaluate", "--replay", "{tmp}/no_samples"], ["not a recorded evaluation (samples.jsonl missing)"]),
+    (["evaluate", "--replay", "{tmp}/no_config"], ["summary.json: no config and metrics"]),
+    (["compare", "--report-only", "{tmp}/empty"], ["--report-only {tmp}/empty: no run results"]),
+    (["compare", "--algos", "grpo,dapx"], ["unknown algorithm 'dapx'", "did you mean 'dapo'"]),
+    (["quickstart", "algo=grpx"], ["'algo' must be one of", "did you mean 'grpo'"]),
+    (["analyze", "{tmp}/no_run"], ["{tmp}/no_run: no such folder"]),
+    (["view", "{tmp}/no_run"], ["{tmp}/no_run is not a folder"]),
+    (["serve-retriever", "--corpus", "{tmp}/nope.jsonl"], ["corpus file {tmp}/nope.jsonl not found"]),
+    (["serve-retriever", "--corpus", "{tmp}/corpus.jsonl", "--port", "{port}"], ["{port}", "in use", "--port"]),
+    (["serve-sandbox", "--port", "{port}"], ["{port}", "in use", "--port"]),
+    (["view", "{tmp}/empty", "--port", "{port}"], ["{port}", "in use", "--port"]),
+    (["serve-rollout", "{tmp}/empty", "--port", "{port}"], ["port {port} is in use", "--port"]),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Damaged recordings and an empty folder, as a user's disk may hold them."""
+    tmp = tmp_path_factory.mktemp("cli_errors")
+    (tmp / "empty").mkdir()
+    (tmp / "corpus.jsonl").write_text(json.dumps({"id": "1", "contents": "Paris is in France."}) + "\n")
+    good = json.dumps({"config": {"env": "AgentMath-v0", "model": "tiny"}, "metrics": {"pass@1": 0.0}})
+    for name, summary, samples in [("broken_summary", '{"config": ', "{}\n"),
+                                   ("broken_samples", good, '{"task_id": "a"}\n{"task_id": \n'),
+                                   ("no_samples", good, None), ("no_config", '{"metrics": {}}', "")]:
+        (tmp / name).mkdir()
+        (tmp / name / "summary.json").write_text(summary)
+        if samples is not None:
+            (tmp / name / "samples.jsonl").write_text(samples)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def busy_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("argv, words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_a_user_mistake_is_one_line_and_exit_status_2(argv, words, folder, busy_port):
+    fill = {"tmp": str(folder), "port": str(busy_port)}
+    argv = [a.format(**fill) for a in argv]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+    env.pop("AGENT_ENVS_TRACEBACK", None)
+    proc = subprocess.run([sys.executable, "-m", "agent_envs.cli", *argv], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not LOG_RECORD.match(line)]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    for word in words:
+        assert word.format(**fill) in lines[0], (word, lines[0])
+
+
+def test_analyze_writes_beside_the_run_without_out(tmp_path):
+    from agent_envs.cli import main
+    from algorithms.rollout.trajectory import Trajectory, write_jsonl
+
+    run = tmp_path / "run"  # a learner run as `train ... save_trajectories=true` leaves it
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"algo": "grpo"}))
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n')
+    traj = Trajectory(prompt_ids=[1], response_ids=[5, 6], loss_mask=[1, 1], logprobs=[-0.1, -0.2])
+    write_jsonl([traj, traj], run / "trajectories" / "step_000001.jsonl")
+    assert main(["analyze", str(run)]) == 0
+    assert (run / "analysis" / "summary.json").is_file() and (run / "analysis" / "summary.md").is_file()
