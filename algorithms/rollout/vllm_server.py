@@ -80,8 +80,11 @@ class VLLMServerEngine(OpenAIEngine):
         from safetensors.torch import save_file
 
         if hasattr(model, "state_dict"):
+            from algorithms.models.lora import merged_state_dict
+
             module = getattr(model, "module", model)  # unwrap DDP
-            tensors, config = module.state_dict(), config or getattr(module, "config", None)
+            # LoRA adapters merged into a copy, under the base model's names
+            tensors, config = merged_state_dict(module), config or getattr(module, "config", None)
         else:
             tensors = model
         # clone shared tensors (a tied lm_head) so safetensors stores each name on its own
