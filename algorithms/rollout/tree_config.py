@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agent_envs.base.config import check_types, option
+from agent_envs.base.config import check_types, option, require
 
 Reduction = Literal["scaled_mean", "sum", "mean"]
 
@@ -67,8 +67,7 @@ class TreeConfig:
         check_types(self, "tree.")
 
         def need(ok: bool, key: str, what: str) -> None:
-            if not ok:
-                raise ValueError(f"config field 'tree.{key}' {what}, got {getattr(self, key)!r}")
+            require(ok, f"tree.{key}", what, getattr(self, key))
 
         need(self.initial_rollouts >= 1, "initial_rollouts", "(N) must be >= 1")
         need(self.beam_size >= 1, "beam_size", "(Z) must be >= 1")

@@ -156,13 +156,11 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def model_folder(model: str) -> str:
-    """What `--model` names as a folder to load: `tiny` is built locally by the builder the learner
-    uses (cached, offline); a folder or hub id is itself."""
-    if model == "tiny":
-        from algorithms.models.tiny import build_tiny_model
+    """What `--model` names as a folder to load, by the one resolver the learner uses: `tiny` is
+    built locally (cached, offline), `smollm2` converted once; a folder or hub id is itself."""
+    from algorithms.models.resolve import resolve_model
 
-        return str(build_tiny_model(seed=0))
-    return model
+    return resolve_model(model)
 
 
 def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url: str | None = None,
