@@ -1,11 +1,13 @@
-"""LoRA: an optimizer step changes only the adapters; a weight sync hands the engines the merged
-weights (HF colocated, vLLM through the learner's streaming path, the vLLM server's file), after
-which their log-probs equal the learner's within 2e-3; adapters save and load exactly."""
+"""LoRA on the tiny model: an optimizer step changes only the adapters; a weight sync hands the
+engines the merged weights (HF, the vLLM server's file), after which their log-probs equal the
+learner's within 2e-3; adapters save and load exactly. The vLLM engine's sync (the learner's
+streaming path) is tested on SmolLM2 in test_smollm2.py, beside the vLLM engine it starts."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import TOL, max_gap
 from transformers import AutoModelForCausalLM
 
 from algorithms.core.weight_gather import every_rank_weights
@@ -21,9 +23,7 @@ from algorithms.models.lora import (
     wrap_lora,
 )
 from algorithms.models.resolve import resolve_model
-from algorithms.rollout.engine import SamplingParams
 
-TOL = 2e-3
 ON = LoRAConfig(enabled=True, r=8)
 
 
@@ -42,22 +42,6 @@ def trained_lora(path: str | None = None, steps: int = 3):
         opt.step()
         opt.zero_grad()
     return model.eval()
-
-
-def token_logprobs(model, prompt: list[int], response: list[int]) -> list[float]:
-    """The learner's log-probs of `response` after `prompt` (temperature 1)."""
-    ids = torch.tensor([prompt + response])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
-
-
-def max_gap(engine, model, prompts: list[list[int]]) -> float:
-    """Sample from the engine (T=1, no top-k/p), then compare its log-probs with the learner's."""
-    segs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=12, seed=3))
-    gaps = [abs(a - b) for p, s in zip(prompts, segs, strict=True)
-            for a, b in zip(s.logprobs, token_logprobs(model, p, s.token_ids), strict=True)]
-    return max(gaps)
 
 
 def test_config_checks_name_the_field():
@@ -175,26 +159,3 @@ def test_adapters_save_and_load_exactly(tmp_path):
         load_adapters(wrap_lora(base(), LoRAConfig(enabled=True, r=4)), out)
     with pytest.raises(FileNotFoundError, match="no adapter_model.safetensors"):
         load_adapters(fresh, tmp_path)
-
-
-@pytest.mark.slow
-def test_vllm_after_a_sync_matches_the_learner(smollm2_path, smollm2_vllm, smollm2_hf):
-    """On SmolLM2 (the vLLM engine the model tests already run): the learner's colocated sync,
-    gathered state streamed pair by pair and merged on the way. The engine gets its base
-    weights back at the end, for the tests that share it."""
-    model = wrap_lora(base(smollm2_path), LoRAConfig(enabled=True, r=8))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # adapters as if trained: B is zero after initialisation
-        for name, p in model.named_parameters():
-            if ".lora_B." in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
-    model.eval()
-    tok = smollm2_hf.tokenizer
-    prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in ("The sea is", "Numbers: 1, 2, 3,")]
-    try:
-        assert max_gap(smollm2_vllm, model, prompts) > 10 * TOL
-        smollm2_vllm.sync_weights(merged_weights(every_rank_weights(model.state_dict(), "cpu"), model))
-        assert max_gap(smollm2_vllm, model, prompts) < TOL
-    finally:
-        smollm2_vllm.sync_weights(smollm2_hf.model)
-    assert max_gap(smollm2_vllm, smollm2_hf.model, prompts) < TOL

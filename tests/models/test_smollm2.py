@@ -1,6 +1,10 @@
 """SmolLM2-135M-Instruct, a real pretrained model, on every engine: greedy rollouts give the same
-token ids on the HF engine and vLLM's CPU engine, and AgentMath-v0 episodes driven by the runner
-pass the rollout health checks (`fatal`) with its real chat template, in both text protocols."""
+token ids on the HF engine and vLLM's CPU engine; AgentMath-v0 episodes driven by the runner
+pass the rollout health checks (`fatal`) with its real chat template, in both text protocols; and
+vLLM, after a LoRA weight sync, gives the learner's log-probs.
+
+The engines live for this module only (starting vLLM is most of its time), so their memory is
+free again for the test directories that come after."""
 
 from __future__ import annotations
 
@@ -9,8 +13,13 @@ import math
 
 import gymnasium as gym
 import pytest
+import torch
+from model_helpers import TOL, max_gap
+from transformers import AutoModelForCausalLM
 
 import agent_envs  # noqa: F401  (registers the ids)
+from algorithms.core.weight_gather import every_rank_weights
+from algorithms.models.lora import LoRAConfig, merged_weights, wrap_lora
 from algorithms.rollout.engine import SamplingParams, Segment
 from algorithms.rollout.health import FAULTS, HealthChecker, RecordedEngine
 from algorithms.rollout.runner import run_episodes
@@ -24,6 +33,27 @@ OPENINGS = {
     "arpo": ("<think> I will compute it. </think> <python> print(6 * 7) </python>", "</python>"),
     "json": ('<tool_call>\n{"name": "python", "arguments": {"code": "print(6 * 7)"}}\n</tool_call>', "</tool_call>"),
 }
+
+
+@pytest.fixture(scope="module")
+def smollm2_hf(smollm2_path):
+    from algorithms.rollout.hf import HFEngine
+
+    torch.set_num_threads(1)
+    return HFEngine(smollm2_path, seed=0)
+
+
+@pytest.fixture(scope="module")
+def smollm2_vllm(smollm2_path):
+    import gc
+
+    from algorithms.rollout.vllm import VLLMEngine
+
+    # enforce_eager: skips torch.compile, which costs most of a minute of start-up on this CPU
+    engine = VLLMEngine(smollm2_path, max_model_len=1024, enforce_eager=True, kv_cache_gb=1, seed=0)
+    yield engine
+    del engine
+    gc.collect()
 
 
 def chat_ids(tok, question: str) -> list[int]:
@@ -61,8 +91,6 @@ class ScriptedOpening:
         return await asyncio.to_thread(self.generate, prompts, params)
 
     def generate(self, prompts, params) -> list[Segment]:
-        import torch
-
         fresh = [i for i, p in enumerate(prompts) if self.opening not in self.tokenizer.decode(p)]
         rest = [i for i in range(len(prompts)) if i not in fresh]
         params = params if isinstance(params, list) else [params] * len(prompts)
@@ -107,3 +135,26 @@ def test_tool_episodes_pass_the_health_checks(smollm2_hf, protocol):
         assert result.startswith(obs_head) and "42" in result, result
         assert all(m == 1 for m in t.loss_mask[second:]) and math.isfinite(t.reward)
         assert len(t.response_ids) <= BUDGET
+
+
+def test_vllm_after_a_lora_sync_matches_the_learner(smollm2_path, smollm2_vllm, smollm2_hf):
+    """The learner's colocated sync: its state streamed pair by pair (`every_rank_weights`) and
+    merged on the way. On SmolLM2 rather than the tiny model, to share this module's vLLM engine;
+    the engine gets its base weights back at the end."""
+    model = wrap_lora(AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32),
+                      LoRAConfig(enabled=True, r=8))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # adapters as if trained: B is zero after initialisation
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    model.eval()
+    tok = smollm2_hf.tokenizer
+    prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in ("The sea is", "Numbers: 1, 2, 3,")]
+    try:
+        assert max_gap(smollm2_vllm, model, prompts) > 10 * TOL
+        smollm2_vllm.sync_weights(merged_weights(every_rank_weights(model.state_dict(), "cpu"), model))
+        assert max_gap(smollm2_vllm, model, prompts) < TOL
+    finally:
+        smollm2_vllm.sync_weights(smollm2_hf.model)
+    assert max_gap(smollm2_vllm, smollm2_hf.model, prompts) < TOL
