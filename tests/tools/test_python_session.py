@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 
 import pytest
-from sandbox_support import descendants, sandbox_service
+from sandbox_support import children_by_parent, descendants, sandbox_service
+from test_sandbox_docker import IMAGE as DOCKER_IMAGE
+from test_sandbox_docker import _missing as docker_missing
 
 from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
@@ -269,3 +272,41 @@ def test_service_sessions_replay_their_cells():
             assert s.run("x").text == "21"  # a timed-out cell is not replayed
         finally:
             tool.close()
+
+
+def test_a_fork_of_a_lost_session_is_rebuilt_from_its_cells():
+    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1, session=True)
+    try:
+        s = tool.open_session()
+        s.run("x = 5")
+        s.run("y = x * 2")
+        [worker] = session_workers(tool)
+        tree = children_by_parent()
+        [serving] = tree[worker]
+        [family] = tree[serving]
+        for interpreter in tree[family]:  # killed from outside, between two calls
+            os.kill(interpreter, signal.SIGKILL)
+        time.sleep(0.2)
+        twin = s.fork()  # the fork cannot be taken: the twin replays the cells in a new interpreter
+        assert twin.run("y").text == "10"
+        res = s.run("print('y' in globals())")
+        assert res.text.startswith(RESET) and res.text.endswith("False")
+        twin.close()
+        s.close()
+        assert wait_until_only_workers(tool) == []
+    finally:
+        tool.close()
+
+
+@pytest.mark.skipif(docker_missing() is not None, reason=str(docker_missing()))
+def test_docker_sessions_replay_their_cells():
+    tool = PythonTool(backend="docker", docker_image=DOCKER_IMAGE, timeout_s=5.0, pool_size=1, session=True)
+    try:
+        s = tool.open_session()
+        assert s.run("import random\nx = 20\nprint('first')").text == "first"
+        assert s.run("x += 1\nx").text == "21"  # a replay: the container kept nothing itself
+        twin = s.fork(seed=3)
+        twin.run("x = 0")
+        assert (twin.run("x").text, s.run("x").text) == ("0", "21")
+    finally:
+        tool.close()

@@ -267,3 +267,32 @@ def test_killing_the_session_worker_is_an_observation(tool):
     res = tool.run("print('x' in globals())")
     assert RESET in res.text and res.text.endswith("False")
     assert worker_pids(tool) != [worker]
+
+
+TAMPER = """
+import os, socket, stat, struct
+for fd in map(int, os.listdir('/proc/self/fd')):
+    try:
+        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            sock = socket.socket(fileno=fd)
+            sock.send({payload})
+            sock.detach()
+    except OSError:
+        pass
+print('sent')
+"""
+
+
+@pytest.mark.parametrize("payload", ["struct.pack('>I', 1 << 30) + b'x' * 1000", "struct.pack('>I', 5) + b'[1,2'",
+                                     "struct.pack('>I', 2) + b'{}'"])
+def test_code_writing_to_its_control_socket_hurts_only_its_own_session(tool, payload):
+    bystander = tool.open_session()
+    bystander.run("y = 2")
+    [worker] = worker_pids(tool)
+    res = tool.run(TAMPER.format(payload=payload))
+    # A well-formed message without a status is ignored (the cell's own report follows); anything
+    # else loses the session, with the reset notice.
+    assert res.text == "sent" or RESET in res.text, res.text
+    assert bystander.run("y").text == "2"
+    assert worker_pids(tool) == [worker]  # the worker lived through it
+    bystander.close()

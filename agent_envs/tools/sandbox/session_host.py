@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 HEADER = struct.Struct(">I")
+REPLY_MAX_BYTES = 4096  # what the worker accepts from an interpreter (statuses, fork replies)
 SESSION_CPU_CALLS = 100  # RLIMIT_CPU of an interpreter: this many cells' worth (each also has its deadline)
 MAX_FDS = 4
 
@@ -60,21 +61,34 @@ def send_message(sock: socket.socket, message: dict, fds: tuple[int, ...] = ()) 
         sock.sendall(frame[sent:])
 
 
-def recv_message(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    """Blocking (the socket's timeout applies); (None, []) at EOF."""
+def recv_message(sock: socket.socket, max_size: int = 1 << 31) -> tuple[dict | None, list[int]]:
+    """Blocking (the socket's timeout applies); (None, []) at EOF.
+
+    The worker reads what an interpreter sends with a small `max_size`: code running there can
+    write to its end of the socket too, and must not make the worker allocate or hang on it."""
     buf, fds = b"", []
     need = HEADER.size
-    while len(buf) < need:
-        data, got, _, _ = socket.recv_fds(sock, need - len(buf), MAX_FDS)
-        fds += got
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return None, []
-        buf += data
-        if len(buf) == HEADER.size and need == HEADER.size:
-            need += HEADER.unpack(buf)[0]
-    return json.loads(buf[HEADER.size :]), fds
+    try:
+        while len(buf) < need:
+            data, got, _, _ = socket.recv_fds(sock, need - len(buf), MAX_FDS)
+            fds += got
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                return None, []
+            buf += data
+            if len(buf) == HEADER.size and need == HEADER.size:
+                need += HEADER.unpack(buf)[0]
+                if need > max_size:
+                    raise OSError(f"a message of {need} bytes, more than {max_size}")
+        message = json.loads(buf[HEADER.size :])
+        if not isinstance(message, dict):
+            raise OSError("a message that is not an object")
+        return message, fds
+    except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 # ----------------------------------------------------------------------------------------------
@@ -176,7 +190,7 @@ class Session:
     def attach(self, deadline: float) -> None:
         """Wait for the interpreter's hello, which brings its pidfd."""
         self.ctrl.settimeout(max(0.01, deadline - time.monotonic()))
-        hello, fds = recv_message(self.ctrl)
+        hello, fds = recv_message(self.ctrl, REPLY_MAX_BYTES)
         if hello is None or not fds:
             raise OSError("the session's interpreter did not start")
         for fd in fds[1:]:
@@ -286,7 +300,7 @@ class SessionHost:
                 return reply
             if op == "session_fork":
                 return {"sid": self._fork(session, req)}
-        except OSError as exc:  # this session's trouble, not the worker's: only it is lost
+        except Exception as exc:  # this session's trouble (or its code's mischief): only it is lost
             if session is not None:
                 self._close(session.sid)
             return {"lost": f"session {op} failed: {type(exc).__name__}: {exc}"}
@@ -345,7 +359,7 @@ class SessionHost:
     def _fork(self, parent: Session, req: dict) -> str:
         parent.ctrl.settimeout(30.0)
         send_message(parent.ctrl, {"op": "fork", "seed": int(req["seed"])})
-        reply, fds = recv_message(parent.ctrl)
+        reply, fds = recv_message(parent.ctrl, REPLY_MAX_BYTES)
         if reply is None or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
@@ -391,12 +405,18 @@ class SessionHost:
                 elif status is None and not session.lost:
                     session.ctrl.settimeout(max(0.01, deadline - time.monotonic()))
                     try:
-                        reply, _ = recv_message(session.ctrl)
+                        reply, fds = recv_message(session.ctrl, REPLY_MAX_BYTES)
                     except TimeoutError:
                         continue
+                    except (OSError, ValueError) as exc:  # the code wrote to the socket itself
+                        session.kill()
+                        session.lost = f"its control channel was tampered with ({exc})"
+                        break
+                    for fd in fds:  # none expected: whatever the code sent is dropped
+                        os.close(fd)
                     if reply is None:
                         session.lost = "the interpreter ended during the call (killed, or it exited)"
-                    else:
+                    elif isinstance(reply.get("status"), int):
                         status = reply["status"]
         if timed_out:
             session.kill()
