@@ -11,6 +11,26 @@ from agent_envs.core.protocols.base import ParsedAction, Protocol
 from agent_envs.rewards.extract import extract_prediction
 
 
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template writes a `tools` list into the prompt (Qwen's and
+    Hermes' do; SmolLM2's and many others ignore it, and then our system turn must carry the
+    schemas). Read once per template by rendering one turn with and without a probe tool."""
+    template = tokenizer.chat_template
+    if template not in _RENDERS_TOOLS:
+        probe = {"type": "function", "function": {"name": "probe_tool_x7", "description": "",
+                                                  "parameters": {"type": "object", "properties": {}}}}
+        turn = [{"role": "user", "content": "q"}]
+        try:
+            text = tokenizer.apply_chat_template(turn, tools=[probe], tokenize=False, add_generation_prompt=True)
+        except Exception:  # a template that fails on tools cannot render them
+            text = ""
+        _RENDERS_TOOLS[template] = "probe_tool_x7" in text
+    return _RENDERS_TOOLS[template]
+
+
+_RENDERS_TOOLS: dict[str, bool] = {}
+
+
 class JsonToolCalls(Protocol):
     """Hermes/Qwen function calling: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
 
@@ -45,10 +65,12 @@ class JsonToolCalls(Protocol):
     def render_prompt(self, messages: list[dict], tokenizer: Any = None, tools: Sequence[Any] = ()) -> str:
         tok = tokenizer or self.tokenizer
         if tok is not None and getattr(tok, "chat_template", None):
-            # the template renders the tool schemas itself: drop ours from the system turn
-            msgs = [{"role": "system", "content": self.system_prompt(())}, *messages[1:]]
-            return tok.apply_chat_template(msgs, tools=[t.spec() for t in tools] or None, tokenize=False,
-                                           add_generation_prompt=True)
+            specs = [t.spec() for t in tools]
+            msgs = messages
+            if specs and messages[0]["content"] == self.system_prompt(tools) and renders_tools(tok):
+                # the template writes the tool schemas itself: drop ours from our system turn
+                msgs = [{"role": "system", "content": self.system_prompt(())}, *messages[1:]]
+            return tok.apply_chat_template(msgs, tools=specs or None, tokenize=False, add_generation_prompt=True)
         return super().render_prompt(messages)
 
     def parse(self, action: str, tools: Sequence[Tool]) -> ParsedAction:
