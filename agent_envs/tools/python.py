@@ -55,6 +55,9 @@ def truncate_middle(text: str, limit: int, dropped: int = 0) -> str:
     return text[:head] + marker + (text[len(text) - keep // 2 :] if keep // 2 else "")
 
 
+SESSION_NPROC = 1024  # the default `nproc` of a session tool (see PythonTool.__init__)
+
+
 def _seconds(value: float) -> str:
     return f"{value:g}"
 
@@ -74,7 +77,8 @@ class PythonTool(Tool):
         pool_size: warm workers / concurrent calls (default: min(8, CPUs); for "service", calls
             this tool sends at once).
         session: stateful calls: an env opens a `PythonSession` per episode (`open_session`), and
-            calls made on the tool itself share one default session until `close()`.
+            calls made on the tool itself share one default session until `close()`. Its `nproc`
+            defaults to 1024, since many live sessions share the sandbox uid's process budget.
         **sandbox_options: further `SandboxConfig` fields (fsize_mb, nproc, namespaces, docker_image, ...).
     """
 
@@ -107,6 +111,10 @@ class PythonTool(Tool):
             raise ValueError('PythonTool backend="service" needs service_url="http://HOST:PORT" (agent-envs serve-sandbox)')
         if pool_size is not None:
             sandbox_options["pool_size"] = pool_size
+        if session:
+            # As root every live interpreter (and each family's init) is a process of the one
+            # sandbox uid, which RLIMIT_NPROC caps as a whole: 64 would stop at ~30 live sessions.
+            sandbox_options.setdefault("nproc", SESSION_NPROC)
         self.config = SandboxConfig(
             timeout_s=timeout_s, memory_mb=memory_mb, preamble=tuple(preamble), **sandbox_options
         ).validate()
