@@ -56,6 +56,7 @@ class AEPOVaried(VariedRewards, AEPOLearner):
     pass
 
 
+@pytest.mark.slow
 def test_arpo_hard_attribution_in_the_loop(tiny_model_path, tokenizer, tmp_path):
     # room for a tool call and its result, and a fork at every result while the budget M lasts
     cfg = ARPOConfig(
@@ -182,6 +183,7 @@ def test_aepo_stats_do_not_depend_on_micro_batching(tiny_model_path, tokenizer, 
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["arpo", "aepo"])
 def test_cli_train(algo, tiny_model_path, tmp_path):
     out = tmp_path / algo

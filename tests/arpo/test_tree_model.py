@@ -58,6 +58,7 @@ def check_tree(res, m=M):
     return forks
 
 
+@pytest.mark.slow
 def test_invariants_on_tiny_model_rollouts(hf_engine, tokenizer):
     res = tree_rollout(hf_engine, tokenizer)
     forks = check_tree(res)
@@ -68,6 +69,7 @@ def test_invariants_on_tiny_model_rollouts(hf_engine, tokenizer):
     assert m["rollout/forks_per_prompt"] == pytest.approx(forks / 3)
 
 
+@pytest.mark.slow
 def test_no_state_leaks_between_calls(hf_engine, tokenizer):
     # same seed, with an unrelated call in between: identical trees (docs/algorithms.md D1)
     first = tree_rollout(hf_engine, tokenizer, seed=11)
@@ -106,6 +108,7 @@ def test_no_branching_in_evaluation(hf_engine, tokenizer):
         assert sum(p.forks + p.topups for p in r.prompts) == 0
 
 
+@pytest.mark.slow
 def test_aepo_premonitoring_and_penalty_on_tiny_model(hf_engine, tokenizer):
     res = tree_rollout(hf_engine, tokenizer, enable_dynamic_rollouts=True, enable_consecutive_penalty=True)
     check_tree(res)

@@ -23,6 +23,7 @@ def tree(engine, vocab, *, n: int, **cfg) -> TreeRollout:
     return TreeRollout(engine, TreeConfig(**cfg), budget=n, vocab_size=vocab)
 
 
+@pytest.mark.slow
 def test_branch_frequency_matches_probability_over_10k_decisions(tokenizer):
     vocab = len(tokenizer.get_vocab())
     h0 = 0.2

@@ -31,6 +31,7 @@ def _faults(metrics):
     return {c: metrics[f"health/{c}"] for c in FAULTS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [Learner, ARPOLearner], ids=["grpo", "arpo"])
 def test_a_clean_run_triggers_no_check(tmp_path, cls):
     cfg = _config(tmp_path, ARPOConfig if cls is ARPOLearner else LearnerConfig,

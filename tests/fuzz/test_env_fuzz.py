@@ -42,7 +42,11 @@ FAST_ACTIONS = 9  # per id and protocol: one of each kind
 STRESS_ACTIONS = 1000
 
 
-@pytest.fixture(params=env_ids())
+# the two big math sets take ~8 s each to load and check (busy 2-core machine): `make test` only
+SLOW_IDS = ("AgentMath-GSM8K-v0", "AgentMath-MATH500-v0")
+
+
+@pytest.fixture(params=[pytest.param(i, marks=pytest.mark.slow) if i in SLOW_IDS else i for i in env_ids()])
 def env_id(request, shared_data) -> str:
     why = missing_data(request.param, shared_data)
     if why:
