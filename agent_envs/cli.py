@@ -73,7 +73,7 @@ def play_config(args: argparse.Namespace) -> PlayConfig:
     cfg = build_config(PlayConfig, None, overrides, given=given)
     if cfg.env is None:
         raise UserError("play needs an env id: `agent-envs play AgentMath-v0` (`agent-envs list` shows them)")
-    cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
+    cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs, also=sorted(own))
     return cfg
 
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -96,10 +96,12 @@ def check_env_id(env_id: str, key: str = "env") -> None:
         raise UserError(f"config field {key!r}: {env_id!r} is not a registered env id{hint}")
 
 
-def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env_kwargs") -> dict[str, Any]:
+def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env_kwargs",
+                     also: Sequence[str] = ()) -> dict[str, Any]:
     """`env_kwargs` for `gymnasium.make(env_id, **env_kwargs)`, checked without building the env:
     every key against the env's constructor (its factory and `ToolEnv`), `world` key by key against
     the family's world config, values against their annotations. Returns the typed kwargs.
+    `also`: other names the user may have meant (a command's own keys), for the suggestion.
 
         >>> check_env_kwargs("AgentMath-v0", {"max_tool_calls": 2.0, "world": {"difficulty": 2}})
         {'max_tool_calls': 2, 'world': {'difficulty': 2}}
@@ -127,7 +129,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env
     out: dict[str, Any] = {}
     for k, value in env_kwargs.items():
         if k not in known:
-            raise UserError(f"{key}.{k}: {env_id} has no such setting{suggest(k, known)}; "
+            raise UserError(f"{key}.{k}: {env_id} has no such setting{suggest(k, [*known, *also])}; "
                             "see `agent-envs play --help`")
         if k == "world" and value is not None:
             config_class = WORLDS[FAMILY_WORLDS[family]].config_class

@@ -29,6 +29,7 @@ CASES = [
     (["play", "AgentMath-v0", "max_tool_cals=1"], ["max_tool_cals", "did you mean 'max_tool_calls'"]),
     (["play", "AgentMath-v0", "world.difficulty=9"], ["'ArithmeticConfig.difficulty' must be in [1, 3], got 9"]),
     (["play", "AgentMath-v0", "--seed", "x"], ["'seed' must be an integer, got 'x'"]),
+    (["play", "AgentMath-v0", "sede=1"], ["sede", "did you mean 'seed'"]),
     (["train", "--algo", "grpo", "model=tiny", "env=AgentMaths-v0"], ["'AgentMaths-v0' is not a registered env id"]),
     (["train", "--algo", "grpo", "--config", "{tmp}/nope.yaml"], ["config file {tmp}/nope.yaml not found"]),
     (["train", "--algo", "grpo", "model=tiny", "lrr=1"], ["unknown config key 'lrr'", "did you mean 'lr'"]),
