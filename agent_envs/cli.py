@@ -30,6 +30,8 @@ _SUBCOMMAND_MODULES = (
     "agent_envs.data.download",
     "agent_envs.server.retriever",
     "agent_envs.server.sandbox",
+    "agent_envs.server.env_server",
+    "agent_envs.server.mcp",
     "algorithms.cli",
     "algorithms.gateway.server",
     "baselines.cli",
