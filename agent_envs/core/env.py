@@ -267,7 +267,8 @@ class ToolEnv(gym.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
-        self._end_sessions()
+        if self._sessions:
+            self._end_sessions()
         options = options or {}
         if "task" in options:
             task, index = options["task"], -1
