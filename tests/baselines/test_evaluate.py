@@ -17,7 +17,7 @@ def tiny_model_path():
     return str(build_tiny_model())
 
 
-@pytest.mark.parametrize("baseline", ["tools", "cot"])
+@pytest.mark.parametrize("baseline", [pytest.param("tools", marks=pytest.mark.slow), "cot"])  # tools: ~13 s
 def test_evaluate_writes_samples_and_summary(tmp_path, tiny_model_path, baseline):
     cfg = EvalConfig(env="AgentMath-v0", model=tiny_model_path, engine="hf", n=2, ks=(1, 2), limit=3,
                      max_response_tokens=24, baseline=baseline, out=str(tmp_path), temperature=1.0)

@@ -94,6 +94,7 @@ def math_tasks(n: int, prefix: str = "s") -> tuple[list[dict], list[int]]:
     return tasks, indices
 
 
+@pytest.mark.slow
 def test_stitched_trajectories_hold_exactly_the_engines_tokens(engine, tmp_path):
     recorder = RecordingEngine(engine)
     running = Running(Gateway(recorder))

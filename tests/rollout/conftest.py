@@ -13,6 +13,15 @@ from rollout_helpers import WARMUP_STEPS
 from algorithms.models.tiny import build_tiny_model
 
 
+def pytest_collection_modifyitems(items):
+    """Tests on the vLLM engine are `slow`: its start (~25 s on a busy 2-core machine) would be most
+    of `make test-fast`. A test asks for it as a fixture or, parametrised, by name."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "vllm_engine" in getattr(item, "fixturenames", ()) or "vllm_engine" in params.values():
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path():
     return build_tiny_model(seed=0, warmup_steps=WARMUP_STEPS)
