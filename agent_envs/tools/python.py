@@ -369,6 +369,12 @@ class PythonSession(Tool):
                     notice = MESSAGES["session_reset"].format(reason=f"the interpreter was lost: {lost}")
                     continue
                 break
+            if lost and not result.metadata.get("session_ran"):  # a fresh interpreter was lost too
+                sandbox.sessions.close(sid)
+                self._state["sid"], self.cells = None, []
+                reason = f"the session was lost twice: {lost}"
+                return ToolResult(MESSAGES["tool_error"].format(tool=self.name, reason=reason), ok=False,
+                                  error="sandbox", metadata={"session_reset": lost})
             formatted = self.tool.format_result(result)
             if lost:
                 sandbox.sessions.close(sid)  # the worker has ended it; forget it here too
