@@ -80,7 +80,7 @@ def test_parallelism_shares_the_cores():
 
 
 @pytest.mark.slow
-def test_compare_two_algorithms_two_seeds(tmp_path):
+def test_compare_two_algorithms_two_seeds(tmp_path, capsys):
     from algorithms.models.tiny import build_tiny_model
 
     # warmed up, the tiny model writes the tag protocol, so tool calls and answers vary between runs
@@ -139,5 +139,6 @@ def test_compare_two_algorithms_two_seeds(tmp_path):
     assert main(["compare", "--report-only", str(out)]) == 0
     assert (out / "results.md").read_text() == text
     (out / "arpo-1" / "result.json").unlink()
-    with pytest.raises(FileNotFoundError, match="arpo-1"):
-        main(["compare", "--report-only", str(out)])
+    capsys.readouterr()
+    assert main(["compare", "--report-only", str(out)]) == 2  # a user error: one line, exit status 2
+    assert "arpo-1" in capsys.readouterr().err
