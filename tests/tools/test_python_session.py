@@ -20,6 +20,7 @@ from test_sandbox_docker import _missing as docker_missing
 from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
 from agent_envs.tools.python import PythonSession, replay_program
+from agent_envs.tools.sandbox.sessions import SessionLost
 
 TIMEOUT = 2.0
 RESET = MESSAGES["session_reset"].split("(")[0]  # "[The Python session was reset "
@@ -308,5 +309,31 @@ def test_docker_sessions_replay_their_cells():
         twin = s.fork(seed=3)
         twin.run("x = 0")
         assert (twin.run("x").text, s.run("x").text) == ("0", "21")
+    finally:
+        tool.close()
+
+
+def test_many_forks_and_a_refused_one_leave_the_parent_working():
+    # Zombies of closed forks count against RLIMIT_NPROC until reaped, so 40 forks under an nproc
+    # of 16 only pass if the parent reaps them. As root the calls run as a uid of their own here:
+    # other sandboxes (as uid 65534) must not eat this test's budget.
+    private = {"uid": 60000 + os.getpid() % 5000} if os.geteuid() == 0 else {}
+    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1, session=True, nproc=16, **private)
+    try:
+        sandbox, _ = tool._ensure_started()
+        pool = sandbox.sessions
+        sid = pool.open()
+        pool.run(sid, "x = 1")
+        for i in range(40):
+            twin = pool.fork(sid, i)
+            assert pool.run(twin, "x").stdout == "1\n", i
+            pool.close(twin)
+        # Now use up the budget from inside: the fork is refused, the parent goes on.
+        pool.run(sid, "import subprocess\nkids = []\nfor _ in range(20):\n    try:\n"
+                      "        kids.append(subprocess.Popen(['sleep', '60']))\n    except OSError:\n        break")
+        with pytest.raises(SessionLost, match="could not fork"):
+            pool.fork(sid, 99)
+        assert pool.run(sid, "x, len(kids) < 20").stdout == "(1, True)\n"
+        pool.close(sid)
     finally:
         tool.close()

@@ -29,6 +29,7 @@ This module only runs inside the worker process; `LocalSandbox.session_*` is its
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import secrets
@@ -120,15 +121,34 @@ def _enter(home: str, ctrl: socket.socket, out_fd: int, err_fd: int, hello: bool
         os.close(pidfd)
 
 
-def _fork(ctrl: socket.socket, home: str, seed: int) -> tuple[socket.socket, str] | None:
-    """Fork this interpreter; in the fork, return its socket and home; in the parent, None."""
-    mine, theirs = socket.socketpair()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+def _fork(ctrl: socket.socket, home: str, seed: int) -> tuple[socket.socket, str] | int:
+    """Fork this interpreter; in the fork, return its socket and home; in the parent, its pid."""
+    fds: list[int] = []
+    try:
+        mine, theirs = socket.socketpair()
+        fds += [mine.detach(), theirs.detach()]
+        fds += os.pipe() + os.pipe()
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    mine, theirs = socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1])
+    out_r, out_w, err_r, err_w = fds[2:]
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    pid = os.fork()
+    # The fork keeps every object that exists now out of its garbage collector's walks, which
+    # would otherwise write to (and so copy) the pages of the whole shared heap.
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except OSError:
+        gc.unfreeze()
+        mine.close()
+        theirs.close()
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
     if pid == 0:
         ctrl.close()
         theirs.close()
@@ -141,6 +161,7 @@ def _fork(ctrl: socket.socket, home: str, seed: int) -> tuple[socket.socket, str
         _reseed(seed)
         _enter(new_home, mine, out_w, err_w, hello=False)
         return mine, new_home
+    gc.unfreeze()  # this side collects its own objects again
     # The worker gets the fork's pidfd from here, so it need not wait for the fork to be scheduled:
     # the fork sets itself up while the worker answers, and reads its first cell when ready.
     pidfd = os.pidfd_open(pid)
@@ -151,31 +172,55 @@ def _fork(ctrl: socket.socket, home: str, seed: int) -> tuple[socket.socket, str
     for fd in (out_r, err_r, pidfd):
         os.close(fd)
     theirs.close()
-    return None
+    return pid
+
+
+def _reap(forks: set[int]) -> None:
+    """Reap this interpreter's ended forks (only those: the code's own children are its business).
+    Zombies count against RLIMIT_NPROC; a parent forked many times would run out of processes."""
+    for pid in list(forks):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                forks.discard(pid)
+        except ChildProcessError:  # the code reaped it itself
+            forks.discard(pid)
 
 
 def serve_session(ctrl: socket.socket, home: str, namespace: dict) -> None:
     """The interpreter's loop: run cells in one namespace, fork on request. Never returns."""
     status = 0
+    forks: set[int] = set()
     try:
         while True:
             message, _ = recv_message(ctrl)
             if message is None:  # the worker closed the session or died
                 break
+            _reap(forks)
             if message["op"] == "run":
                 code = message["code"]
                 status = W.run_compiled(*W.compile_code(code), namespace, keep_state=True)
                 send_message(ctrl, {"status": status & 0xFF})
             elif message["op"] == "fork":
-                forked = _fork(ctrl, home, int(message["seed"]))
-                if forked is not None:
+                try:
+                    forked = _fork(ctrl, home, int(message["seed"]))
+                except OSError as exc:  # e.g. RLIMIT_NPROC: this session goes on, without a fork
+                    send_message(ctrl, {"forked": False, "error": f"{type(exc).__name__}: {exc}"})
+                    continue
+                if isinstance(forked, int):
+                    forks.add(forked)
+                else:  # this is the fork: its parent's forks are not its children
                     ctrl, home = forked
+                    forks = set()
     finally:
         os._exit(0)
 
 
 # ----------------------------------------------------------------------------------------------
 # The worker's side
+
+
+class ForkRefused(Exception):
+    """The interpreter could not fork (it said why) and goes on."""
 
 
 class Session:
@@ -300,6 +345,8 @@ class SessionHost:
                 return reply
             if op == "session_fork":
                 return {"sid": self._fork(session, req)}
+        except ForkRefused as exc:  # the parent is fine; only its copy could not be made
+            return {"refused": f"the interpreter could not fork: {exc}"}
         except Exception as exc:  # this session's trouble (or its code's mischief): only it is lost
             if session is not None:
                 self._close(session.sid)
@@ -360,6 +407,8 @@ class SessionHost:
         parent.ctrl.settimeout(30.0)
         send_message(parent.ctrl, {"op": "fork", "seed": int(req["seed"])})
         reply, fds = recv_message(parent.ctrl, REPLY_MAX_BYTES)
+        if reply is not None and reply.get("forked") is False and not fds:
+            raise ForkRefused(str(reply.get("error")))
         if reply is None or len(fds) != 4:
             for fd in fds:
                 os.close(fd)

@@ -141,7 +141,7 @@ class SessionPool:
                 raise SessionLost("it was closed or its worker was replaced")
             reply = self._request(slot, {"op": "session_fork", "sid": remote, "seed": int(seed)}, 30.0)
             if "sid" not in reply:
-                raise SessionLost(reply.get("lost", "the fork failed"))
+                raise SessionLost(reply.get("lost") or reply.get("refused") or "the fork failed")
             child = f"{sid.split('.')[0]}.{slot.generation}.{reply['sid']}"
             slot.live.add(child)
             return child
