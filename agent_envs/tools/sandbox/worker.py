@@ -9,7 +9,8 @@ two modes:
   before its request arrives: it enters fresh pid and mount namespaces, mounts its own /proc and a
   tmpfs working directory, sets rlimits, drops privileges and waits for the code on a pipe; the
   worker enforces the wall-clock deadline by killing the child's pid namespace, reaps everything
-  after replying, and prepares the next child.
+  after replying, and prepares the next child. Requests that carry an `op` belong to stateful
+  sessions and go to `session_host.py` (one long-lived interpreter per session, forked on request).
 - ``python -I worker.py once CODE [PREAMBLE_JSON]``: run CODE once in this process (the Docker
   backend runs this inside the container).
 
