@@ -15,3 +15,12 @@ collect_ignore = [
     "agent_envs/rewards/_symbolic_worker.py",
 ]
 collect_ignore_glob = ["tests/conftest.py", "tests/*/conftest.py"]
+
+# doctests that take over ~5 s (the learner's trains a few steps): `make test` runs them, `make test-fast` not
+SLOW_DOCTESTS = ("algorithms.core.learner",)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.name in SLOW_DOCTESTS and type(item).__name__ == "DoctestItem":
+            item.add_marker("slow")

@@ -11,6 +11,14 @@ import pytest
 from learner_support import SYSTEM_PROMPT
 
 
+def pytest_collection_modifyitems(items):
+    """Tests on the SFT run are `slow`: the run takes about two minutes on a busy 2-core machine,
+    more than all of `make test-fast` should."""
+    for item in items:
+        if "sft_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def sft_run(tmp_path_factory) -> dict:
     """SFT of the tiny model on 640 arithmetic gold traces (200 steps, batch 16) + held-out eval."""

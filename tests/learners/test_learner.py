@@ -70,6 +70,7 @@ def _one_step(learner_cls, tmp_path, **kw) -> tuple[dict, dict]:
     return metrics, delta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_micro_batch_size_does_not_change_the_update(tmp_path, epochs):
     kw = dict(ppo_epochs=epochs, mini_batch_prompts=2 if epochs == 2 else None, weight_decay=0.0)
