@@ -63,6 +63,7 @@ def _write_lines(path, rows) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_fresh_processes_fail_fast(tmp_path):
     _fails_in_a_fresh_process([*TRAIN, f"output_dir={tmp_path}", "lrr=1e-4"],
                               "train: ValueError: override 'lrr=1e-4': unknown config key 'lrr' (did you mean 'lr'?)")  # fmt: skip

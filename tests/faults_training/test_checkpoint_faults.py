@@ -136,6 +136,7 @@ _DISK_FULL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_save_and_keeps_the_last_checkpoint(tmp_path):
     env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", _DISK_FULL, str(tmp_path)], capture_output=True, text=True,
