@@ -22,8 +22,9 @@ def agent_envs(*argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["train", "--algo", "grpo", "--help"], ["  temperature (float, default 1.0)\n      rollout sampling temperature",
-                                             "  env_kwargs (dict, default {})", "--env ENV"]),
+    pytest.param(["train", "--algo", "grpo", "--help"],  # 7.6 s on a busy 2-core machine
+                 ["  temperature (float, default 1.0)\n      rollout sampling temperature",
+                  "  env_kwargs (dict, default {})", "--env ENV"], marks=pytest.mark.slow),
     (["evaluate", "--help"], ["--temperature FLOAT", "(float | null, default null)", "--n INT",
                               "samples per task (int, default 1)", "--limit INT", "(int | null, default 100)",
                               "--engine {vllm,hf,openai}", "default vllm)", "the env is --env (or env=ID)"]),
@@ -40,10 +41,11 @@ def test_help_shows_typed_keys_with_defaults_and_help(argv, expected):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["train", "--algo", "grpo", "model=tiny", "env_kwargs.world.dificulty=2"],
-     "unknown config key 'env_kwargs.world.dificulty' (did you mean 'difficulty'?)"),
-    (["train", "--algo", "grpo", "model=tiny", "env_kwargs.max_tool_cals=2"],
-     "env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?)"),
+    pytest.param(["train", "--algo", "grpo", "model=tiny", "env_kwargs.world.dificulty=2"],  # train: 8-14 s
+                 "unknown config key 'env_kwargs.world.dificulty' (did you mean 'difficulty'?)", marks=pytest.mark.slow),
+    pytest.param(["train", "--algo", "grpo", "model=tiny", "env_kwargs.max_tool_cals=2"],
+                 "env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?)",
+                 marks=pytest.mark.slow),
     (["evaluate", "--env", "AgentMath-v0", "--model", "tiny", "env_kwargs.world.min_digts=2"],
      "unknown config key 'env_kwargs.world.min_digts' (did you mean 'min_digits'?)"),
     (["evaluate", "--env", "AgentMath-v0", "--model", "tiny", "temprature=0"],
