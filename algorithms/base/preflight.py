@@ -11,7 +11,7 @@ output directory; only then does it load anything.
     >>> check_model("./checkpoints/missing")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: config field 'model': ./checkpoints/missing does not exist (expected a checkpoint directory with config.json, a hub id like Qwen/Qwen2.5-7B-Instruct, or "tiny")
+    FileNotFoundError: config field 'model': ./checkpoints/missing does not exist (expected a checkpoint directory with config.json, a hub id like Qwen/Qwen2.5-7B-Instruct, or a model name: tiny, smollm2)
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def check_model(model: str, key: str = "model") -> None:
-    """`model` is "tiny", a checkpoint directory with config.json, or something shaped like a hub id."""
-    if model == "tiny":
+    """`model` is a name the model resolver builds ("tiny", "smollm2"), a checkpoint directory with
+    config.json, or something shaped like a hub id."""
+    from algorithms.models.resolve import NAMED_MODELS, require_available
+
+    if model in NAMED_MODELS:
+        require_available(model)
         return
     path = Path(model).expanduser()
     if path.exists():
@@ -47,7 +51,7 @@ def check_model(model: str, key: str = "model") -> None:
         return
     raise FileNotFoundError(
         f"config field {key!r}: {model} does not exist (expected a checkpoint directory with "
-        'config.json, a hub id like Qwen/Qwen2.5-7B-Instruct, or "tiny")'
+        'config.json, a hub id like Qwen/Qwen2.5-7B-Instruct, or a model name: tiny, smollm2)'
     )
 
 

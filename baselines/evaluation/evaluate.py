@@ -56,7 +56,7 @@ from baselines.evaluation.passk import summarize
 from baselines.evaluation.plan import DEFAULT_SAMPLING, SAMPLING_KEYS, held_out_range, run_settings
 from baselines.prompting import BASELINES, apply_baseline
 
-Engine = Literal["vllm", "hf", "openai"]
+Engine = Literal["vllm", "hf", "openai", "openai-chat"]
 Baseline = Literal[BASELINES]
 Health = Literal["warn", "fatal", "off"]
 
@@ -69,7 +69,8 @@ class EvalConfig:
     env: str | None = option(None, "env id (null: the run's env when --model is a run's final_model)")
     model: str | None = option(None, "a run's final_model folder (its env, env_kwargs and sampling are "
                                "used), a checkpoint folder, tiny, a hub id, or a served model name (openai)")
-    engine: Engine = option("vllm", "vllm (in-process), hf (transformers, CPU) or openai (a server: --base-url)")
+    engine: Engine = option("vllm", "vllm (in-process), hf (transformers, CPU), openai (a completions server: "
+                            "--base-url) or openai-chat (a chat-only endpoint such as a hosted model: --base-url)")
     base_url: str | None = option(None, "OpenAI-compatible server of engine=openai (.../v1)")
     tokenizer: str | None = option(None, "tokenizer folder or hub id (null: the model's)")
     n: int = option(1, "samples per task")
@@ -97,8 +98,8 @@ class EvalConfig:
             self.limit = None
         require(self.n >= 1 and all(1 <= k <= self.n for k in self.ks), "ks",
                 f"needs n >= max(ks) >= 1 (n={self.n})", self.ks)
-        require(self.engine != "openai" or bool(self.base_url), "base_url",
-                "is needed by engine=openai (e.g. http://127.0.0.1:8000/v1)", self.base_url)
+        require(not self.engine.startswith("openai") or bool(self.base_url), "base_url",
+                f"is needed by engine={self.engine} (e.g. http://127.0.0.1:8000/v1)", self.base_url)
         if self.repeats < 1:
             raise ValueError(f"config field 'repeats' must be >= 1, got repeats={self.repeats}")
         require(self.limit is None or self.limit >= 1, "limit", "must be >= 1, or 0/null for all", self.limit)
@@ -165,18 +166,12 @@ def model_folder(model: str) -> str:
 
 def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url: str | None = None,
                 seed: int = 0, max_model_len: int = 4096) -> Any:
-    """A rollout engine for evaluation: `vllm` (in-process), `hf` or `openai` (a server)."""
-    if kind == "vllm":
-        from algorithms.rollout import VLLMEngine
+    """A rollout engine for evaluation (`algorithms.rollout.engines`, the one factory)."""
+    from algorithms.rollout.engines import make_engine as build
 
-        return VLLMEngine(model, seed=seed, max_model_len=max_model_len)
-    if kind == "hf":
-        from algorithms.rollout import HFEngine
-
-        return HFEngine(model, tokenizer, seed=seed)
-    from algorithms.rollout import OpenAIEngine
-
-    return OpenAIEngine(base_url=base_url, model=str(model), tokenizer=tokenizer or str(model))
+    if kind.startswith("openai") and tokenizer is None and kind != "openai-chat":
+        tokenizer = str(model)
+    return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
 
 
 def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
@@ -185,7 +180,7 @@ def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
     tokenizer."""
     cfg.validate()
     probe = check_env(cfg.env, cfg.env_kwargs, key="--env")
-    if engine is None and cfg.engine != "openai":  # a served model's name is not a path
+    if engine is None and not cfg.engine.startswith("openai"):  # a served model's name is not a path
         check_model(cfg.model, key="--model")
         check_engine(cfg.engine, key="--engine")
     return probe
@@ -205,7 +200,7 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     for line in plan:  # what is evaluated and where each setting came from, before the long part
         print(f"evaluate: {line}", flush=True)
     if engine is None:
-        model = cfg.model if cfg.engine == "openai" else model_folder(cfg.model)
+        model = cfg.model if cfg.engine.startswith("openai") else model_folder(cfg.model)
         print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
         engine = make_engine(cfg.engine, model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
     health = HealthChecker(mode="off")

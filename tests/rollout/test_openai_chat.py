@@ -122,3 +122,24 @@ def test_an_unreachable_server_names_the_url():
     ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
     with pytest.raises(RuntimeError, match=r"127\.0\.0\.1:9/v1/chat/completions unreachable"):
         engine.generate([ids], SamplingParams(max_tokens=4))
+
+
+def test_evaluate_runs_a_hosted_chat_model(tmp_path):
+    import gymnasium as gym
+
+    from agent_envs.cli import main
+
+    env = gym.make("AgentMath-v0").unwrapped
+    total = len(env.tasks)
+    for i in range(total - 3, total):  # evaluate's default: the held-out tail
+        env.reset(seed=0, options={"index": i})
+        GOLD[env.task.question] = env.task.gold_trace
+    server = StandIn(native_tools=False)
+    try:
+        code = main(["evaluate", "--env", "AgentMath-v0", "--engine", "openai-chat", "--base-url", server.url,
+                     "--model", "hosted", "--limit", "3", "--out", str(tmp_path / "eval")])
+        assert code == 0 and server.errors == []
+        summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+        assert summary["metrics"]["pass@1"] == 1.0, summary["metrics"]
+    finally:
+        server.close()
