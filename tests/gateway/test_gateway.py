@@ -197,6 +197,7 @@ def test_take_waits_for_rewarded_sessions_and_groups_by_prompt():
     assert log.names() == []
 
 
+@pytest.mark.slow
 def test_the_gateway_command_serves_an_openai_client(tmp_path):
     import os
     import signal

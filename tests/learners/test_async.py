@@ -181,6 +181,7 @@ def test_async_config_and_engine_checks(tmp_path):
         async_engine(learner, learner.engine)
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_the_draw_position_of_the_step_trained(tmp_path):
     """The producer draws prompts ahead of the learner; a checkpoint must not: resuming an async
     run from step 1 trains step 2 on the prompts the uninterrupted run trained it on."""

@@ -236,6 +236,7 @@ def test_bad_arguments_are_an_observation(ours):
     _continues(env)
 
 
+@pytest.mark.slow
 def test_server_killed_mid_call_is_an_observation_and_restarts(tmp_path):
     pid_file = tmp_path / "server.pid"
     # a shell that records its pid and becomes the server, so the test knows what to kill
@@ -254,6 +255,7 @@ def test_server_killed_mid_call_is_an_observation_and_restarts(tmp_path):
         assert int(pid_file.read_text()) != first_pid
 
 
+@pytest.mark.slow
 def test_call_over_its_budget_is_an_observation(tmp_path):
     with McpToolset([*SERVE, "--tools", "python", "--python-timeout-s", "30"], timeout_s=1.5) as toolset:
         env = ToolEnv([SIX_BY_SEVEN], toolset.tools(), max_tool_calls=5)
