@@ -131,8 +131,15 @@ class EpisodeState:
 
     def evolve(self, **changes: Any) -> EpisodeState:
         """A copy with `changes` applied (a fast `dataclasses.replace`: this runs on every step)."""
+        return self.replaced(changes)
+
+    def replaced(self, changes: Mapping[str, Any]) -> EpisodeState:
+        """`evolve` with the changes in a mapping: a caller that gathers them in a dict pays for
+        no second keyword call."""
         new = object.__new__(EpisodeState)
-        new.__dict__.update(self.__dict__, **changes)
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
         return new
 
     @property
@@ -387,13 +394,14 @@ class ToolEnv(gym.Env[str, str]):
         """The one step behind `step`, `astep` and the vector env: the result at once when nothing
         needs waiting (an answer graded in-process, a budget end), else an awaitable of it (a tool
         call, a judge request, the symbolic math stage)."""
-        st, parsed, info, end = self._begin(action)
-        if end is None:
+        st, parsed, info, truncated, why = self._begin(action)
+        if why is None:
             return self._act(st, parsed, info)
-        return self._finish(st, info, *end)
+        return self._finish(st, info, truncated, why)
 
-    def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, tuple[bool, str] | None]:
-        """Validate and parse an action; say how the episode ends, (truncated, why), when no tool runs."""
+    def _begin(self, action: str) -> tuple[EpisodeState, ParsedAction, dict, bool, str | None]:
+        """Validate and parse an action; say how the episode ends (truncated, why) when no tool runs:
+        `why` is None when one does."""
         st = self.state
         if st is None:
             raise RuntimeError("step() before reset(): call env.reset() first")
@@ -413,10 +421,10 @@ class ToolEnv(gym.Env[str, str]):
             "flags": list(parsed.flags),
         }
         if st.chars > self.max_response_chars or (self.tokenizer is not None and self._over_budget(st)):
-            return st, parsed, info, (True, "response_budget")
+            return st, parsed, info, True, "response_budget"
         if ends:
-            return st, parsed, info, (False, parsed.kind)
-        return st, parsed, info, None
+            return st, parsed, info, False, parsed.kind
+        return st, parsed, info, False, None
 
     async def _act(self, st: EpisodeState, parsed: ParsedAction, info: dict) -> tuple[str, float, bool, bool, dict]:
         """Run (or refuse) the tool call and append its observation."""
@@ -437,8 +445,10 @@ class ToolEnv(gym.Env[str, str]):
         tokens = st.tokens
         if self.tokenizer is not None and text:
             tokens += len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return st.evolve(segments=st.segments + ((text, by_model),), chars=st.chars + len(text), tokens=tokens,
-                         **changes)
+        changes["segments"] = st.segments + ((text, by_model),)
+        changes["chars"] = st.chars + len(text)
+        changes["tokens"] = tokens
+        return st.replaced(changes)
 
     def _over_budget(self, st: EpisodeState) -> bool:
         if st.chars > self.max_response_chars:

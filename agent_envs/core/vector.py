@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import gymnasium as gym
@@ -131,6 +132,7 @@ class _Absent:
 
 
 _ABSENT: Any = _Absent()
+_ABSENT_KIND, _DICT_KIND = frozenset({_Absent}), frozenset({dict})
 _NUMBER_KINDS = {frozenset({bool}): np.bool_, frozenset({int}): np.int64, frozenset({bool, int}): np.int64,
                  frozenset({float}): np.float64, frozenset({int, float}): np.float64,
                  frozenset({bool, float}): np.float64, frozenset({bool, int, float}): np.float64}
@@ -152,13 +154,11 @@ def batch_infos(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if not n:
         return {}
     keys = tuple(infos[0])
-    # the common case, the same keys in the same order (dict views compare as sets, so not
-    # `info.keys() == ...`): one column per key, cut at C speed
-    if all(tuple(info) == keys for info in infos):
-        columns = dict(zip(keys, zip(*[info.values() for info in infos], strict=True), strict=True))
+    rows = _rows(infos, keys)
+    if rows is not None:  # the common case: every env has the same keys; one column per key
         everywhere = np.ones(n, dtype=np.bool_)
         out: dict[str, Any] = {}
-        for key, column in columns.items():
+        for key, column in zip(keys, zip(*rows, strict=True), strict=True):
             out[key] = _column(column, n)
             out[f"_{key}"] = everywhere.copy()
         return out
@@ -177,18 +177,30 @@ def batch_infos(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _rows(infos: Sequence[Mapping[str, Any]], keys: tuple[str, ...]) -> list[tuple] | None:
+    """Each info's values in the order of `keys`, or None when some info has other keys. One C
+    call per info (`itemgetter`), whatever order its keys were written in: no tuple of its keys
+    to build and compare first."""
+    if len(keys) < 2 or set(map(len, infos)) != {len(keys)}:  # one key: itemgetter gives no tuple
+        return None
+    try:
+        return list(map(itemgetter(*keys), infos))
+    except KeyError:  # as many keys, but not the same ones
+        return None
+
+
 def _column(values: Sequence, n: int, mask: np.ndarray | None = None) -> Any:
     """The array of one info key over the envs; where `mask` is False the env lacks the key and
     the array holds 0 (numbers and flags), an empty dict's batch, or None."""
-    kinds = set(map(type, values))
+    kinds = frozenset(map(type, values))
     if mask is not None:
-        kinds.discard(_Absent)
-        fill = 0 if frozenset(kinds) in _NUMBER_KINDS else {} if kinds == {dict} else None
+        kinds -= _ABSENT_KIND
+        fill = 0 if kinds in _NUMBER_KINDS else {} if kinds == _DICT_KIND else None
         values = [v if there else fill for v, there in zip(values, mask.tolist(), strict=True)]
-    number = _NUMBER_KINDS.get(frozenset(kinds))
+    number = _NUMBER_KINDS.get(kinds)
     if number is not None:
         return np.array(values, dtype=number)
-    if kinds == {dict}:
+    if kinds == _DICT_KIND:
         return batch_infos(values)
     return np.fromiter(values, dtype=object, count=n)
 

@@ -119,12 +119,14 @@ def qa_scores(pred: str | None, golden_answers: list[str], hedge: bool = True) -
     if len(pred) > MAX_PRED_CHARS and too_long(pred, golden_answers):
         return {"em": 0.0, "f1": 0.0, "acc": 0.0, "too_long": 1.0}
     golds = _normalized_golds(tuple(golden_answers))
-    # the hedge regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or"
-    if not hedge or not ("|" in pred or ";" in pred or "or" in pred.lower()):
-        return _scores(normalize_answer(pred), golds)
+    npred = normalize_answer(pred)
+    # the hedge regex costs more than the rest of grading; a hedge needs "|", ";" or the word "or",
+    # whose letters normalising keeps (lowercased), so the normalised text shows it
+    if not hedge or not ("|" in pred or ";" in pred or "or" in npred):
+        return _scores(npred, golds)
     parts = candidates(pred, golden_answers)
-    if len(parts) == 1:
-        return _scores(normalize_answer(parts[0]), golds)
+    if len(parts) == 1:  # `pred` itself
+        return _scores(npred, golds)
     scores = [_scores(normalize_answer(p), golds) for p in parts]
     out = {k: min(s[k] for s in scores) for k in ("em", "f1", "acc")}
     out["hedged"] = float(len(parts))

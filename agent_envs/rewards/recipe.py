@@ -193,6 +193,8 @@ class RewardRecipe:
             )
         if self.hedge is None:
             object.__setattr__(self, "hedge", self.name != "arpo")
+        # the judge `grade` passes on, decided once: `grade` runs on every finished episode
+        object.__setattr__(self, "_judge_used", self.judge if self.uses_judge else None)
 
     @property
     def uses_judge(self) -> bool:
@@ -245,8 +247,7 @@ class RewardRecipe:
         """The reward of a finished response: a `RewardResult` when in-process checks decide, else
         an awaitable of one (a judge request, or a math answer only the symbolic stage can
         decide). `ToolEnv` awaits it on its event loop; `recipe(...)` waits for it here."""
-        comps = _components(task, response, self.judge if self.uses_judge else None, self.math_timeout,
-                            self.hedge)
+        comps = _components(task, response, self._judge_used, self.math_timeout, self.hedge)
         if isinstance(comps, dict):
             return self._score(task, comps, format_ok, tool_calls)
         return self._score_later(comps, task, format_ok, tool_calls)
