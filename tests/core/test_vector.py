@@ -149,3 +149,14 @@ def test_infos_follow_gymnasiums_vector_convention():
     assert infos["calls"]["_search"].tolist() == [True, False]
     swapped = batch_infos([{"a": 1, "b": "x"}, {"b": "y", "a": 2}])  # same keys, another order
     assert swapped["a"].tolist() == [1, 2] and swapped["b"].tolist() == ["x", "y"]
+
+
+def test_infos_with_as_many_keys_but_other_ones_are_masked():
+    """Envs whose infos have the same number of keys, but not the same keys, still get masks (the
+    rows are cut by key, so a count alone must not pass for the same keys); one key works too."""
+    infos = batch_infos([{"a": 1, "b": "x"}, {"a": 2, "c": 0.5}])
+    assert infos["a"].tolist() == [1, 2] and infos["_a"].tolist() == [True, True]
+    assert infos["b"].tolist() == ["x", None] and infos["_b"].tolist() == [True, False]
+    assert infos["c"].tolist() == [0.0, 0.5] and infos["_c"].tolist() == [False, True]
+    single = batch_infos([{"reward": 1.0}, {"reward": 0.0}])
+    assert single["reward"].tolist() == [1.0, 0.0] and single["_reward"].tolist() == [True, True]
