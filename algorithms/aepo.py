@@ -6,7 +6,8 @@ ARPO, except (each switchable, docs/algorithms.md §7):
 
 * pre-monitoring splits the budget M between global samples and branches (§7.2);
 * the branch probability is damped by a consecutive-branch penalty counted per path (§7.3);
-* the PPO upper clip keeps a scaled gradient: (1+ε_h)·r/sg(r) above the bound (§7.4);
+* the PPO upper clip keeps a scaled gradient: (1+ε_h)·r/sg(r) above the bound (§7.4): the
+  shared loss's `policy_loss: ppo_clip_gradpreserve`, AEPO's default;
 * advantages are reweighted per token by the policy's entropy: Ã = A·(1 + α_H·Ĥ) (§7.5), with Ĥ
   normalised over the whole mini-batch (all ranks), and computed whenever the feature is on, even
   with `entropy_coeff=0` (the reference silently skips it then, docs/algorithms.md D9).
@@ -29,6 +30,7 @@ import torch
 from agent_envs.base.config import option
 from algorithms.arpo import ARPOConfig, ARPOLearner
 from algorithms.core.batch import MicroBatch, RolloutBatch
+from algorithms.core.learner_config import PolicyLoss, removed
 from algorithms.rollout.tree_config import TreeConfig
 
 
@@ -41,13 +43,15 @@ def aepo_tree() -> TreeConfig:
 
 @dataclass
 class AEPOConfig(ARPOConfig):
-    """ARPO's settings plus AEPO's four switches, all on (docs/algorithms.md §7.6). The constants
+    """ARPO's settings plus AEPO's four features, all on (docs/algorithms.md §7.6): two in `tree`,
+    the gradient-preserving clip as `policy_loss`, the entropy-aware advantage here. The constants
     the reference hard-codes are keys here, with its values."""
 
     output_dir: str = "runs/aepo"
     tree: TreeConfig = option(factory=aepo_tree, help="the tree rollout's settings (AEPO: both switches on)")
-    enable_entropy_balanced_clipping: bool = option(
-        True, "(§7.4) the PPO upper clip keeps a scaled gradient: (1+ε_h)·r/sg(r)"
+    policy_loss: PolicyLoss = "ppo_clip_gradpreserve"  # (§7.4) the upper clip keeps a scaled gradient
+    enable_entropy_balanced_clipping: Any = removed(
+        "set policy_loss: ppo_clip_gradpreserve (its true, AEPO's default) or policy_loss: ppo_clip (its false)"
     )
     enable_entropy_balanced_advantage: bool = option(True, "(§7.5) Ã = A·(1 + α_H·Ĥ)")
     entropy_adv_alpha: float = option(0.2, "α_H of the entropy-aware advantage")
@@ -59,17 +63,11 @@ class AEPOConfig(ARPOConfig):
 
 class AEPOLearner(ARPOLearner):
     """ARPO with pre-monitoring and the penalty (in its `tree`), the gradient-preserving upper
-    clip, and the entropy-aware advantage."""
+    clip (in its `policy_loss`), and the entropy-aware advantage (these hooks)."""
 
     name = "aepo"
     config_class = AEPOConfig
     config: AEPOConfig
-
-    def loss_kwargs(self) -> dict[str, Any]:
-        kw = super().loss_kwargs()
-        if self.config.enable_entropy_balanced_clipping:
-            kw["upper_clip"] = "grad_preserve"
-        return kw
 
     def needs_entropy(self) -> bool:
         return super().needs_entropy() or self.config.enable_entropy_balanced_advantage
@@ -97,7 +95,7 @@ class AEPOLearner(ARPOLearner):
                     per_group[g] = per_group.get(g, 0) + entropy_moments(ent[j], mask[j])
         if cfg.entropy_adv_norm_scope == "group":  # groups never straddle ranks
             return {g: stats_from_moments(m) for g, m in per_group.items()}
-        return stats_from_moments(self.reduce_sum(moments))
+        return stats_from_moments(self.ranks.sum(moments))
 
     def adjust_advantages(
         self,

@@ -26,7 +26,8 @@ import torch
 
 from agent_envs.base.config import option
 from algorithms.core.batch import PromptDraw, RolloutBatch
-from algorithms.core.learner import Learner, _run_coroutine
+from algorithms.core.group_sampling import run_coroutine
+from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
 from algorithms.rollout.tree import TreeRollout, tree_metrics
 from algorithms.rollout.tree_config import TreeConfig
@@ -60,7 +61,7 @@ class ARPOLearner(Learner):
         """The trajectories of this rank's draws, and tree metrics over every rank's prompts."""
         cfg = self.config
         tree = TreeRollout(self.engine, cfg.tree, budget=cfg.group_size)
-        result = _run_coroutine(
+        result = run_coroutine(
             tree.arollout(
                 [self.env_factory() for _ in draws],
                 self.sampling_params().with_(seed=cfg.seed),
@@ -71,7 +72,7 @@ class ARPOLearner(Learner):
             )
         )
         # Accounting of every rank's prompts, so logged tree metrics describe the whole step.
-        gathered = self._gather_lists(
+        gathered = self.ranks.gather_lists(
             {
                 "prompts": result.prompts,
                 "depths": [int(t.lineage.get("depth", 0)) for t in result.trajectories],

@@ -135,7 +135,7 @@ class DAPOLearner(Learner):
                         kept += trajs[start : start + g]
                         kept_groups += 1
             rounds += 1
-            missing_total = int(self.reduce_sum(quota - len(kept) // g))
+            missing_total = int(self.ranks.sum(quota - len(kept) // g))
             if missing_total <= 0:
                 break
             if cfg.max_num_gen_batches > 0 and rounds >= cfg.max_num_gen_batches:
@@ -146,10 +146,10 @@ class DAPOLearner(Learner):
                     "max_num_gen_batches or gen_batch_multiplier, lower the task difficulty, or set "
                     "dynamic_sampling=false"
                 )
-        gen_total = float(self.reduce_sum(generated))
+        gen_total = float(self.ranks.sum(generated))
         metrics = {
             "gen_rounds": float(rounds),
-            "kept_group_fraction": float(self.reduce_sum(kept_groups)) / max(1.0, gen_total),
+            "kept_group_fraction": float(self.ranks.sum(kept_groups)) / max(1.0, gen_total),
             "generated_groups": gen_total,
         }
         return kept, metrics

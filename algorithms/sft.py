@@ -30,7 +30,6 @@ model is evaluated greedily on held-out tasks through the real runner and envs:
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from agent_envs.base.config import check_types, config_dict, option
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.base.preflight import check_env, check_model, check_output_dir
 from algorithms.core.run_log import RunLogger
+from algorithms.core.schedule import lr_factor
 from algorithms.core.threads import THREADS_HELP, Threads, apply_threads, choose_threads
 
 
@@ -245,14 +245,14 @@ def evaluate_protocol(
     model: Any, tokenizer: Any, env_factory: Any, indices: list[int], max_response_tokens: int
 ) -> dict[str, float]:
     """Greedy episodes through the real runner and envs: protocol-valid share, accuracy, tool use."""
-    from algorithms.core.learner import _run_coroutine
+    from algorithms.core.group_sampling import run_coroutine
     from algorithms.rollout.engine import SamplingParams
     from algorithms.rollout.hf import HFEngine
     from algorithms.rollout.runner import run_episodes
 
     engine = HFEngine(model, tokenizer, device=str(next(model.parameters()).device))
     params = SamplingParams(temperature=0.0, max_tokens=max_response_tokens)
-    trajs = _run_coroutine(
+    trajs = run_coroutine(
         run_episodes(engine, env_factory, params, tasks=indices, max_response_tokens=max_response_tokens)
     )
     model.train()
@@ -330,13 +330,7 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def lr_lambda(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if cfg.lr_schedule == "constant":
-            return 1.0
-        return 0.5 * (
-            1 + math.cos(math.pi * min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)))
-        )
+        return lr_factor(step, total_steps=cfg.steps, warmup_steps=cfg.warmup_steps, schedule=cfg.lr_schedule)
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     model, opt, sched = acc.prepare(model, opt, sched)

@@ -123,4 +123,34 @@ def constant_groups(rewards: torch.Tensor, group_ids: torch.Tensor | Sequence[in
 
 ADVANTAGE_ESTIMATORS = {"grpo": grpo_advantages, "rloo": rloo_advantages}
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "constant_groups", "group_stats", "grpo_advantages", "rloo_advantages"]
+
+def outcome_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor | Sequence[int],
+    *,
+    estimator: str = "grpo",
+    scale_rewards: str = "group",
+    eps: float = 1e-6,
+    every_reward: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The learners' advantage (config keys `advantage_estimator`, `scale_rewards`, `adv_eps`).
+
+    `every_reward` holds every rank's rewards when the batch spans ranks: `batch` scaling then
+    divides by their std (groups never straddle ranks, so the centring stays local).
+    """
+    if estimator == "rloo":
+        return rloo_advantages(rewards, group_ids)
+    if every_reward is not None and scale_rewards == "batch":
+        centred = grpo_advantages(rewards, group_ids, scale_rewards="none")
+        return centred / (every_reward.std() + eps)
+    return grpo_advantages(rewards, group_ids, eps=eps, scale_rewards=scale_rewards)
+
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "constant_groups",
+    "group_stats",
+    "grpo_advantages",
+    "outcome_advantages",
+    "rloo_advantages",
+]

@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+
+from algorithms.core.losses import LossInputs
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,22 @@ class RolloutBatch:
     def __len__(self) -> int:
         return len(self.trajectories)
 
+    def loss_inputs(
+        self, micro: MicroBatch, logprobs: torch.Tensor, *, num_tokens: Any, num_seqs: Any, device: Any
+    ) -> LossInputs:
+        """A micro-batch's slice of the tensors the loss reads (`losses.loss_and_metrics`); π_old is
+        π_θ itself (detached) under the on-policy shortcut, and a dummy micro-batch trains nothing."""
+        rows, w = micro.rows, micro.width
+        mask = self.loss_mask[rows, :w].to(device)
+        if micro.dummy:
+            mask = torch.zeros_like(mask)
+        old = logprobs.detach() if self.old_logprobs is None else self.old_logprobs[rows, :w].to(device)
+        adv = self.advantages[rows] if self.advantages.dim() == 1 else self.advantages[rows, :w]
+        ref = None if self.ref_logprobs is None else self.ref_logprobs[rows, :w].to(device)
+        behaviour = self.rollout_logprobs[rows, :w].to(device)
+        return LossInputs(old_logprobs=old, behaviour_logprobs=behaviour, advantages=adv.to(device), mask=mask,
+                          num_tokens=num_tokens, num_seqs=num_seqs, ref_logprobs=ref)  # fmt: skip
+
     @classmethod
     def from_trajectories(cls, trajs: Sequence[Any], rewards: torch.Tensor) -> RolloutBatch:
         width = max((len(t.response_ids) for t in trajs), default=0)
@@ -112,4 +131,51 @@ class MicroBatch:
     dummy: bool = False  # a rank with fewer rows than others still runs forward/backward (mask 0)
 
 
-__all__ = ["MicroBatch", "PromptDraw", "PromptSampler", "RolloutBatch"]
+def local_share(draws: Sequence[PromptDraw], num_minibatches: int, rank: int, world: int) -> list[PromptDraw]:
+    """This rank's draws of a step: within each mini-batch a contiguous block per rank, so
+    mini-batch k is the same set of prompts whatever the number of processes."""
+    per_mb = len(draws) // num_minibatches
+    per_rank = per_mb // world
+    out: list[PromptDraw] = []
+    for m in range(num_minibatches):
+        start = m * per_mb + rank * per_rank
+        out += draws[start : start + per_rank]
+    return out
+
+
+def minibatch_rows(batch: RolloutBatch, count: int) -> list[list[int]]:
+    """Row indices of each of `count` mini-batches: consecutive groups, in draw order."""
+    order: list[int] = []
+    for g in batch.group_ids.tolist():
+        if g not in order:
+            order.append(g)
+    per = math.ceil(len(order) / count) if order else 0
+    out = []
+    for m in range(count):
+        groups = set(order[m * per : (m + 1) * per])
+        out.append([i for i, g in enumerate(batch.group_ids.tolist()) if g in groups])
+    return out
+
+
+def micro_batches(batch: RolloutBatch, rows: list[int], count: int) -> list[MicroBatch]:
+    """Split `rows` into exactly `count` micro-batches (ranks must agree on the count)."""
+    parts = [p.tolist() for p in np.array_split(np.array(rows, dtype=np.int64), count)]
+    out = []
+    for part in parts:
+        if part:
+            lengths = [len(batch.trajectories[r].response_ids) for r in part]
+            out.append(MicroBatch(rows=part, width=max(1, max(lengths))))
+        else:  # fewer rows than micro-batches: a zero-weight pass keeps collectives aligned
+            out.append(MicroBatch(rows=[rows[0] if rows else 0], width=1, dummy=True))
+    return out
+
+
+__all__ = [
+    "MicroBatch",
+    "PromptDraw",
+    "PromptSampler",
+    "RolloutBatch",
+    "local_share",
+    "micro_batches",
+    "minibatch_rows",
+]

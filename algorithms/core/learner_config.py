@@ -15,9 +15,10 @@ key with its type, default and help.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from agent_envs.base.config import check_types, option
 from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
@@ -28,6 +29,13 @@ ScaleRewards = Literal["group", "batch", "none"]
 PolicyLoss = Literal["ppo_clip", "ppo_clip_gradpreserve"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+"]
+
+
+def removed(replacement: str) -> Any:
+    """A key that no longer exists, kept declared only so that setting it (in a preset or an
+    override, to any value) is an error naming what replaced it, rather than an unknown key with
+    a suggestion of some look-alike key."""
+    return dataclasses.field(default=None, metadata={"help": f"removed: {replacement}", "removed": replacement})
 
 
 @dataclass
@@ -120,6 +128,9 @@ class LearnerConfig:
     export_model: bool = option(True, "save_pretrained the final policy to <output_dir>/final_model")
 
     def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            if "removed" in f.metadata and getattr(self, f.name) is not None:
+                raise ValueError(f"config field {f.name!r} was removed: {f.metadata['removed']}")
         check_types(self)
 
         def need(ok: bool, key: str, what: str) -> None:
@@ -177,4 +188,5 @@ __all__ = [
     "LossAggMode",
     "PolicyLoss",
     "ScaleRewards",
+    "removed",
 ]

@@ -70,3 +70,25 @@ def test_per_token_advantages_flow_through():
     loss, _ = policy_loss(leaf, torch.zeros(1, 2), adv, torch.ones(1, 2), upper_clip="grad_preserve")
     loss.backward()
     assert leaf.grad.tolist()[0] == pytest.approx([-1.2 / 2, -2.4 / 2])
+
+
+def test_one_switch_policy_loss(tmp_path):
+    """The gradient-preserving clip has one switch, `policy_loss`: AEPO's default turns it on,
+    any learner can, and AEPO's former switch is refused with the key that replaced it."""
+    from agent_envs.base.config import build_config
+    from algorithms.aepo import AEPOConfig
+    from algorithms.core.learner_config import LearnerConfig
+    from algorithms.core.losses import LossConfig
+
+    assert LossConfig.of(AEPOConfig()).upper_clip == "grad_preserve"
+    assert LossConfig.of(AEPOConfig(policy_loss="ppo_clip")).upper_clip == "hard"
+    assert LossConfig.of(LearnerConfig()).upper_clip == "hard"
+    assert LossConfig.of(LearnerConfig(policy_loss="ppo_clip_gradpreserve")).upper_clip == "grad_preserve"
+    preset = tmp_path / "aepo_old.yaml"
+    preset.write_text("algo: aepo\nenable_entropy_balanced_clipping: false\n")
+    for path, overrides in ((preset, []), (None, ["enable_entropy_balanced_clipping=true"])):
+        with pytest.raises(ValueError) as err:
+            build_config(AEPOConfig, path, overrides)
+        message = str(err.value)
+        assert "'enable_entropy_balanced_clipping' was removed" in message, message
+        assert "policy_loss: ppo_clip_gradpreserve" in message and "\n" not in message

@@ -18,6 +18,7 @@ from algorithms.aepo import AEPOConfig, AEPOLearner, aepo_tree, entropy_stats
 from algorithms.arpo import ARPOConfig, ARPOLearner, hard_attribution
 from algorithms.core.batch import MicroBatch, RolloutBatch
 from algorithms.core.learner import Learner
+from algorithms.core.losses import LossConfig
 from algorithms.rollout.tree_config import TreeConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
     )
     learner = AEPOVaried(cfg, env_factory=make_env_factory(tokenizer))
     assert learner.needs_entropy()  # the feature alone turns the entropy on (docs/algorithms.md D9)
-    assert learner.loss_kwargs()["upper_clip"] == "grad_preserve"
+    assert LossConfig.of(learner.config).upper_clip == "grad_preserve"  # AEPO's policy_loss default
     seen = []
     original = learner.adjust_advantages
 

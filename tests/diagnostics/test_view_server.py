@@ -359,7 +359,7 @@ def test_learner_records_sequence_and_per_token_advantages():
     advantages (ARPO hard attribution) their mean over the tokens the trajectory trains."""
     import torch
 
-    from algorithms.core.learner import _record_advantages
+    from algorithms.core.metrics import record_advantages as _record_advantages
 
     def traj() -> Trajectory:
         return Trajectory(

@@ -228,9 +228,11 @@ def test_validation_is_greedy_on_held_out_tasks(tmp_path, sft_run):
         ScriptedGRPO(_cfg(output_dir=str(tmp_path / "too_many"), eval_every=1, eval_episodes=10**7))
 
 
-def test_shared_prompt_pass_equals_full_passes(tmp_path):
+def test_shared_prompt_pass_equals_full_passes(tmp_path, monkeypatch):
     """A group's responses reuse one prompt pass (its KV cache, with gradients): log-probs,
     entropies and gradients equal those of a full pass per response."""
+    from algorithms.core import learner as learner_module
+    from algorithms.core import logprobs
     from algorithms.core.batch import MicroBatch, RolloutBatch
 
     learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path), temperature=0.7))
@@ -241,8 +243,15 @@ def test_shared_prompt_pass_equals_full_passes(tmp_path):
     micro = MicroBatch(rows=list(range(len(trajs))), width=batch.response_ids.shape[1])
     model = learner.model
     full_passes = []
-    full = learner._logits
-    learner._logits = lambda *a: full_passes.append(1) or full(*a)
+    full = logprobs.response_logits
+
+    def counted(*args, **kwargs):
+        full_passes.append(1)
+        return full(*args, **kwargs)
+
+    # the learner picks the full pass by name, and the shared pass falls back on it by name
+    monkeypatch.setattr(learner_module, "response_logits", counted)
+    monkeypatch.setattr(logprobs, "response_logits", counted)
     results = []
     for share in (True, False):
         learner.share_prompts = share

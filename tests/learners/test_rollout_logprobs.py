@@ -14,6 +14,7 @@ import torch
 from algorithms.core.batch import RolloutBatch
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
+from algorithms.core.logprobs import frozen_logprobs
 
 # an untrained tiny model rarely calls a tool; the learner rightly warns about that (docs/algorithms.md D23)
 pytestmark = pytest.mark.filterwarnings("ignore:no tool calls")
@@ -56,13 +57,13 @@ def _rolled_out(learner: Replay) -> RolloutBatch:
 def test_trainer_logprobs_equal_the_engines_at_temperature(tmp_path):
     learner = Replay(_config(tmp_path))
     batch = _rolled_out(learner)
-    trainer, _ = learner._no_grad_pass(learner.model, batch, with_entropy=False)
+    trainer, _ = frozen_logprobs(learner.forward, learner.model, batch, learner.config.micro_batch_size)
     mask = batch.loss_mask > 0
     gap = (trainer - batch.rollout_logprobs)[mask].abs().max()
     assert gap < 1e-4, f"trainer and engine log-probs differ by up to {gap:.2e} at T={TEMPERATURE}"
     # at T = 1 the same tokens have clearly different log-probs: the check above can fail
     learner.config.temperature = 1.0
-    at_one, _ = learner._no_grad_pass(learner.model, batch, with_entropy=False)
+    at_one, _ = frozen_logprobs(learner.forward, learner.model, batch, learner.config.micro_batch_size)
     learner.config.temperature = TEMPERATURE
     assert (at_one - batch.rollout_logprobs)[mask].abs().max() > 0.05
     # in the loop: every rollout importance ratio exp(old − behaviour) is 1
@@ -85,7 +86,7 @@ def test_truncated_importance_sampling_in_the_loop(tmp_path):
     learner = Replay(cfg, engine=stale)
     assert stale.tokenizer.get_vocab() == learner.tokenizer.get_vocab()
     batch = _rolled_out(learner)
-    old, _ = learner._no_grad_pass(learner.model, batch, with_entropy=False)
+    old, _ = frozen_logprobs(learner.forward, learner.model, batch, learner.config.micro_batch_size)
     mask = batch.loss_mask
     on = mask > 0
     ratio = (old - batch.rollout_logprobs).exp()
