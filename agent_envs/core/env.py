@@ -320,14 +320,25 @@ class ToolEnv(gym.Env[str, str]):
 
         The reward is computed on the partial response by the same finishing code as a truncation
         inside `step`, so an episode cut off by a runner scores like one cut off by the env.
+        Inside an event loop, `await env.atruncate(why)`.
         """
-        st = self.state
-        if st is None or st.done:
-            raise RuntimeError("truncate() needs an episode in progress")
-        result = self._finish(st, {"stop_reason": "truncated"}, True, why)
+        result = self._truncation(why)
         if type(result) is not tuple:  # a judge or the symbolic stage: wait for it on the env's loop
             result = _wait_on_background_loop(result)
         return result[1], result[4]
+
+    async def atruncate(self, why: str = "response_budget") -> tuple[float, dict]:
+        """`truncate` inside an event loop: a grade that must wait (a judge) is awaited here."""
+        result = self._truncation(why)
+        if type(result) is not tuple:
+            result = await result
+        return result[1], result[4]
+
+    def _truncation(self, why: str) -> StepResult | Coroutine[Any, Any, StepResult]:
+        st = self.state
+        if st is None or st.done:
+            raise RuntimeError("truncate() needs an episode in progress")
+        return self._finish(st, {"stop_reason": "truncated"}, True, why)
 
     def fork(self) -> ToolEnv:
         """An independent copy at the current point of the episode.

@@ -107,7 +107,11 @@ class RemoteEnv(gym.Env[str, str]):
 
     def truncate(self, why: str = "response_budget") -> tuple[float, dict]:
         """End the episode from outside; the server scores the partial response."""
-        result = self._sync(self._request("POST", f"/sessions/{self._sid()}/truncate", {"why": why}))
+        return self._sync(self.atruncate(why))
+
+    async def atruncate(self, why: str = "response_budget") -> tuple[float, dict]:
+        """`truncate` inside an event loop (the rollout runner's)."""
+        result = await self._request("POST", f"/sessions/{self._sid()}/truncate", {"why": why})
         self._state = RemoteState(self._state.episode_id, self._state.step_count, True)
         return float(result["reward"]), result["observation"]["info"]
 

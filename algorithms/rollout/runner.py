@@ -246,7 +246,7 @@ async def apply_segment(path: EpisodeBranch, seg: Segment, tokenizer: Any, max_r
     if budget_spent or len(obs_ids) >= path.remaining(max_response_tokens):
         # the result would not fit with room left to react to it: the runner never exceeds its
         # budget, so the episode ends here and the env scores the partial response
-        reward, end_info = truncate_env(path.env, "response_budget")
+        reward, end_info = await truncate_env(path.env, "response_budget")
         path.end(reward, {**info, **end_info}, terminated=False, truncated=True, why="response_budget")
         return path
     path.append_observation(obs_ids, obs)
@@ -256,10 +256,11 @@ async def apply_segment(path: EpisodeBranch, seg: Segment, tokenizer: Any, max_r
     return path
 
 
-def truncate_env(env: Any, why: str) -> tuple[float, dict[str, Any]]:
-    """End an episode from outside; the env scores the partial response when it can."""
-    if hasattr(env, "truncate"):
-        return env.truncate(why)
+async def truncate_env(env: Any, why: str) -> tuple[float, dict[str, Any]]:
+    """End an episode from outside; the env scores the partial response when it can (a judge's
+    grade is awaited here, on the runner's loop, as `astep` awaits it)."""
+    if hasattr(env, "atruncate"):
+        return await env.atruncate(why)
     return 0.0, {"end_reason": why, "truncated": True}
 
 
