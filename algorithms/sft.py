@@ -42,9 +42,11 @@ import torch
 from agent_envs.base.config import check_types, config_dict, option
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.base.preflight import check_env, check_model, check_output_dir
+from algorithms.core.model_setup import load_policy
 from algorithms.core.run_log import RunLogger
 from algorithms.core.schedule import lr_factor
 from algorithms.core.threads import THREADS_HELP, Threads, apply_threads, choose_threads
+from algorithms.models.lora import LoRAConfig, save_merged
 
 
 @dataclass
@@ -52,7 +54,9 @@ class SFTConfig:
     """Cold-start SFT. Defaults follow docs/training.md (Tiny models on CPU): lr 1e-3 cosine, ~300 steps at
     batch 32."""
 
-    model: str = option("tiny", 'HF checkpoint dir or hub id, or "tiny" (built locally)')
+    model: str = option("tiny", 'a named model ("tiny": built locally, "smollm2": SmolLM2-135M-Instruct), '
+                        "an HF checkpoint dir or a hub id")
+    lora: LoRAConfig = option(factory=LoRAConfig, help="LoRA adapters instead of full fine-tuning (lora.enabled=true)")
     env: str = option("AgentMath-v0", "a registered gymnasium env id (its gold traces are the data)")
     env_kwargs: dict = option(factory=dict, help="keyword arguments of gymnasium.make")
     data: str | None = option(None, "JSONL of episodes (null: the env's gold traces)")
@@ -289,7 +293,6 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
     import gymnasium as gym
     from accelerate import Accelerator
     from accelerate.utils import set_seed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import agent_envs  # noqa: F401  (registers the ids)
 
@@ -298,16 +301,7 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
     apply_threads(cfg.threads)
     acc = Accelerator(step_scheduler_with_optimizer=False)
     set_seed(cfg.seed)
-    path = cfg.model
-    if path == "tiny":
-        from algorithms.models.tiny import build_tiny_model
-
-        with acc.main_process_first():
-            path = str(build_tiny_model(seed=0))
-    if acc.is_main_process:  # also the marker the preflight tests look for
-        print(f"[sft] loading model {path}", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model, tokenizer, _ = load_policy(cfg.model, accelerator=acc, label="sft", lora=cfg.lora)
 
     def env_factory() -> Any:
         return gym.make(cfg.env, **{"tokenizer": tokenizer, **cfg.env_kwargs}).unwrapped
@@ -327,7 +321,8 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
     if not kept:
         raise ValueError(f"every SFT episode is longer than max_length={cfg.max_length}")
 
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
 
     def lr_lambda(step: int) -> float:
         return lr_factor(step, total_steps=cfg.steps, warmup_steps=cfg.warmup_steps, schedule=cfg.lr_schedule)
@@ -385,7 +380,7 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
         out = Path(cfg.output_dir) / "final_model"
         unwrapped = acc.unwrap_model(model)
         if acc.is_main_process:
-            unwrapped.save_pretrained(out, safe_serialization=True)
+            save_merged(unwrapped, out)  # a LoRA run's adapters merged: a plain checkpoint
             tokenizer.save_pretrained(out)
         acc.wait_for_everyone()
         result: dict[str, Any] = {"model": str(out), "examples": len(kept), "train_s": train_s}

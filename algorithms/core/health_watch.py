@@ -47,6 +47,8 @@ class HealthWatch:
             tokenizer=tokenizer,
             max_response_tokens=cfg.max_response_tokens,
             logprob_tol=cfg.health_logprob_tol,
+            # a gateway session's reward is its agent's, not the env recipe's: no recipe rules
+            **({"reward_bounds": None, "format_failure_reward": None} if cfg.rollout_source == "gateway" else {}),
         )
         return cls(checker, ranks), engine
 

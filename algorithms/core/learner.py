@@ -22,9 +22,8 @@ One RL step, `Learner.train_step` (docs/algorithms.md §2.1):
 4. update: one optimizer step per mini-batch (`Learner.update`);
 5. sync: the new weights go into the rollout engine; `train` then logs and checkpoints.
 
-Beside it in `algorithms/core/`: set-up of model, optimizer and engine (`model_setup`), the
-lr schedule (`schedule`), forward passes (`logprobs`), `metrics`, health checks (`health_watch`),
-validation (`evaluation`), the run around the steps (`run`: logs, checkpoints), `ranks`.
+Beside it in `algorithms/core/`: `model_setup` (model, optimizer, engine), `schedule`, `logprobs`,
+`tree_packing`, `metrics`, `health_watch`, `evaluation`, `run` (logs, checkpoints), `ranks`.
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ from algorithms.core.ranks import Ranks
 from algorithms.core.run import run_training
 from algorithms.core.run_log import RunLogger
 from algorithms.core.threads import apply_threads
+from algorithms.core.tree_packing import TreePacker
 from algorithms.rollout.engine import SamplingParams
 from algorithms.rollout.trajectory import write_jsonl
 
@@ -87,14 +87,8 @@ class Learner:
     config_class: type[LearnerConfig] = LearnerConfig
     one_version_per_group = False
 
-    def __init__(
-        self,
-        config: LearnerConfig,
-        *,
-        accelerator: Any = None,
-        engine: Any = None,
-        env_factory: Callable[[], Any] | None = None,
-    ) -> None:
+    def __init__(self, config: LearnerConfig, *, accelerator: Any = None, engine: Any = None,
+                 env_factory: Callable[[], Any] | None = None) -> None:  # fmt: skip
         from accelerate.utils import set_seed
 
         config.validate()
@@ -107,8 +101,8 @@ class Learner:
         set_seed(cfg.seed + self.rank)
         self.run_dir = Path(cfg.output_dir)
         self.model, self.tokenizer, self.model_path = setup.load_policy(
-            cfg.model, accelerator=acc, gradient_checkpointing=cfg.gradient_checkpointing, label=self.name
-        )
+            cfg.model, accelerator=acc, gradient_checkpointing=cfg.gradient_checkpointing, label=self.name,
+            lora=cfg.lora)  # fmt: skip
         self.ref_model = setup.reference_model(self.model) if cfg.kl_coef > 0 else None
         self.optimizer, self.scheduler = setup.make_optimizer(self.model, cfg)
         self.model, self.optimizer, self.scheduler = acc.prepare(self.model, self.optimizer, self.scheduler)
@@ -117,15 +111,16 @@ class Learner:
         # DDP-style wrappers expect one forward per backward, and gradient checkpointing turns the
         # KV cache off: sharing prompts is for the single-process case
         self.share_prompts = self.world == 1 and not cfg.gradient_checkpointing
+        self.packer = TreePacker() if cfg.packing == "tree" else None  # docs/algorithms.md, tree packing
         self.env_factory = env_factory or setup.env_factory(cfg, self.tokenizer)
         self.engine = engine if engine is not None else setup.make_engine(
-            cfg, path=self.model_path, tokenizer=self.tokenizer, accelerator=acc, model=self.model
-        )
+            cfg, path=self.model_path, tokenizer=self.tokenizer, accelerator=acc, model=self.model)  # fmt: skip
         if cfg.engine == "vllm-server":
             self.sync_engine()  # the server may hold another checkpoint: sample from this policy
         self.health, self.engine = HealthWatch.start(
             cfg, self.engine, self.env_factory, self.tokenizer, self.ranks
         )
+        self.gateway = setup.gateway_source(self) if cfg.rollout_source == "gateway" else None
         self.producer: AsyncRollout | None = None  # the rollout thread while an async run trains
         num_tasks = len(self.env_factory().tasks)
         self.eval_tasks = held_out_tasks(num_tasks, cfg)
@@ -155,6 +150,8 @@ class Learner:
         )  # fmt: skip
 
     def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
+        if self.gateway is not None:  # rewarded sessions of agents instead (docs/interop.md)
+            return self.gateway.trajectories(self.config.prompts_per_step * self.config.group_size)
         return self.rollout(self.step_draws(step)), {}
 
     def shape_rewards(self, trajectories: Sequence[Any]) -> torch.Tensor:
@@ -206,7 +203,7 @@ class Learner:
         rollout temperature (algorithms/core/logprobs.py)."""
         trajs = [batch.trajectories[r] for r in micro.rows]
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        logits_of = shared_prompt_logits if self.share_prompts else response_logits
+        logits_of = self.packer if self.packer else shared_prompt_logits if self.share_prompts else response_logits
         logits = logits_of(model, trajs, micro.width, pad_id=pad, device=self.accelerator.device)
         targets = batch.response_ids[micro.rows, : micro.width].to(self.accelerator.device)
         temperature = self.config.temperature
@@ -244,7 +241,7 @@ class Learner:
         metrics.update(step.is_ratio())
         if health is not None:
             metrics.update(self.health.step_metrics(health, trajs))
-        metrics.update(step.means())
+        metrics.update(step.means() | (self.packer.take_metrics() if self.packer else {}))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         self.step += 1
         self.sync_engine()  # 5. sync: the engine samples the next step from the updated policy

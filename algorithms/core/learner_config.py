@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from agent_envs.base.config import check_types, option
 from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
+from algorithms.models.lora import LoRAConfig
 
 Engine = Literal["hf", "vllm", "vllm-server"]
 AdvantageEstimator = Literal["grpo", "rloo"]
@@ -43,7 +44,9 @@ class LearnerConfig:
     """Every knob of the shared loop; cross-field rules are in `validate()`."""
 
     # what to train, where
-    model: str = option("tiny", 'HF checkpoint dir or hub id, or "tiny" (built locally)')
+    model: str = option("tiny", 'a named model ("tiny": built locally, "smollm2": SmolLM2-135M-Instruct), '
+                        "an HF checkpoint dir or a hub id")
+    lora: LoRAConfig = option(factory=LoRAConfig, help="LoRA adapters instead of full fine-tuning (lora.enabled=true)")
     env: str = option("AgentMath-v0", "a registered gymnasium env id")
     env_kwargs: dict = option(factory=dict, help="keyword arguments of gymnasium.make (dotted keys reach in)")
     engine: Engine = option(
@@ -58,6 +61,12 @@ class LearnerConfig:
     prompts_per_step: int = option(4, "prompt draws per RL step, over all ranks")
     group_size: int = option(8, "G: responses per prompt (ARPO/AEPO: the tree budget M)")
     max_response_tokens: int = option(256, "per episode, model and tool tokens together")
+    rollout_source: Literal["envs", "gateway"] = option(
+        "envs", "envs: the learner rolls out its env; gateway: rewarded sessions of agents calling the "
+        "OpenAI-compatible endpoint it serves on gateway_port (docs/interop.md)")
+    gateway_port: int = option(8200, "rollout_source=gateway: port of the endpoint, on 127.0.0.1")
+    gateway_timeout_s: float | None = option(
+        None, "rollout_source=gateway: how long a step waits for its sessions (null: no limit)")
     temperature: float = option(1.0, "rollout sampling temperature (the trainer scales logits by it)")
     top_p: float = option(1.0, "nucleus sampling mass")
     top_k: int = option(-1, "top-k sampling (-1: off)")
@@ -65,6 +74,9 @@ class LearnerConfig:
     mini_batch_prompts: int | None = option(None, "prompts per optimizer step (null: the whole RL step)")
     ppo_epochs: int = option(1, "passes over each RL step's batch")
     micro_batch_size: int = option(8, "sequences per forward/backward on one rank")
+    packing: Literal["flat", "tree"] = option(
+        "flat", "flat: each sequence computed whole; tree: a micro-batch packed with each shared prompt "
+        "and fork prefix computed once (same log-probs, loss and gradients; docs/algorithms.md)")
     lr: float = option(1e-6, "AdamW learning rate")
     weight_decay: float = option(0.01, "AdamW weight decay")
     adam_betas: tuple[float, float] = option((0.9, 0.999), "AdamW betas")
@@ -161,6 +173,8 @@ class LearnerConfig:
             "samples and needs the off-policy correction: set rollout_is: tis",
         )
         need(self.save_every >= 0, "save_every", "must be >= 0")
+        need(self.rollout_source == "envs" or (self.engine == "hf" and not self.max_staleness), "rollout_source",
+             "gateway sessions are sampled by the learner's own module: it needs engine: hf and max_staleness: 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
         choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field

@@ -58,23 +58,22 @@ def set_accumulation(accelerator: Any, cfg: Any, sequences_per_prompt: int) -> N
 
 
 def model_path(name: str, accelerator: Any = None) -> str:
-    """The folder or hub id to load for the config's `model`: "tiny" is built here (once, by the
-    main process first), anything else is returned as it is."""
-    if name != "tiny":
-        return name
-    from algorithms.models.tiny import build_tiny_model
+    """The folder or hub id to load for the config's `model`, from the one model resolver: a named
+    model ("tiny", "smollm2") is built or converted once, by the main process first."""
+    from algorithms.models.resolve import NAMED_MODELS, resolve_model
 
-    if accelerator is None:
-        return str(build_tiny_model(seed=0))
+    if accelerator is None or name not in NAMED_MODELS:
+        return resolve_model(name)
     with accelerator.main_process_first():
-        return str(build_tiny_model(seed=0))
+        return resolve_model(name)
 
 
 def load_policy(
-    name: str, *, accelerator: Any, gradient_checkpointing: bool = False, label: str = "learner"
+    name: str, *, accelerator: Any, gradient_checkpointing: bool = False, label: str = "learner", lora: Any = None
 ) -> tuple[Any, Any, str]:
     """(model, tokenizer, path) of the config's `model`, in float32 (Accelerate casts for mixed
-    precision); `label` prefixes the log line."""
+    precision), with LoRA adapters when `lora.enabled` (only they train); `label` prefixes the log
+    line."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = model_path(name, accelerator)
@@ -85,6 +84,10 @@ def load_policy(
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
+    if lora is not None and lora.enabled:
+        from algorithms.models.lora import wrap_lora
+
+        model = wrap_lora(model, lora)
     return model, tokenizer, path
 
 
@@ -151,32 +154,55 @@ def make_engine(cfg: Any, *, path: str, tokenizer: Any, accelerator: Any, model:
     return VLLMEngine(path, **{"seed": cfg.seed, **cfg.engine_kwargs})
 
 
+def gateway_source(learner: Any) -> Any:
+    """The gateway a learner trains from with `rollout_source: gateway` (docs/interop.md): its own
+    engine served on 127.0.0.1; each step's batch is GRPO groups of rewarded sessions."""
+    from algorithms.core.learner import Learner
+    from algorithms.gateway.training import GatewaySource
+
+    if type(learner).collect is not Learner.collect or type(learner).rollout is not Learner.rollout:
+        raise ValueError(f"config field 'rollout_source': gateway sessions replace the rollout, which "
+                         f"{learner.name} changes; train them with --algo grpo")
+    if learner.world > 1:
+        raise ValueError("config field 'rollout_source': gateway training runs in one process")
+    cfg = learner.config
+    return GatewaySource(learner.engine, port=cfg.gateway_port, model_name=cfg.model, timeout_s=cfg.gateway_timeout_s,
+                         max_response_tokens=cfg.max_response_tokens)
+
+
 def push_weights(accelerator: Any, model: Any, engine: Any, kind: str) -> None:
     """Load the policy's current weights into a synchronous rollout engine of kind `kind`.
     Collective: every rank joins the gather of the full weights (FSDP and ZeRO-3 shard them)."""
     if kind == "hf":
         return  # it decodes with the learner's module itself
     state = accelerator.get_state_dict(model)
+    from algorithms.models.lora import merged_state_dict, merged_weights
+
+    # a LoRA policy hands over full weights under the base model's names, adapters merged
+    module = accelerator.unwrap_model(model)
     if kind == "vllm-server":
         # one server for all ranks: the main process hands the weights over
         if accelerator.is_main_process:
-            engine.sync_weights(state, config=accelerator.unwrap_model(model).config)
+            engine.sync_weights(merged_state_dict(module, state), config=module.config)
     else:
         # colocated engines, one per rank: FSDP and ZeRO-3 leave the full weights on rank 0 only,
         # which streams them to the others tensor by tensor while each rank's engine loads them
         from algorithms.core.weight_gather import every_rank_weights
 
-        engine.sync_weights(every_rank_weights(state, accelerator.device))
+        engine.sync_weights(merged_weights(every_rank_weights(state, accelerator.device), module))
     del state
     accelerator.wait_for_everyone()
 
 
 def export_policy(accelerator: Any, model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> Path:
-    """`save_pretrained` the policy and tokenizer (loadable by transformers and vLLM)."""
+    """`save_pretrained` the policy and tokenizer (loadable by transformers and vLLM); a LoRA
+    policy is saved merged, a plain checkpoint."""
+    from algorithms.models.lora import save_merged
+
     out = Path(out_dir)
     state = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(out, state_dict=state, safe_serialization=True)
+        save_merged(accelerator.unwrap_model(model), out, state)
         tokenizer.save_pretrained(out)
     accelerator.wait_for_everyone()
     return out
@@ -185,6 +211,7 @@ def export_policy(accelerator: Any, model: Any, tokenizer: Any, out_dir: str | o
 __all__ = [
     "env_factory",
     "export_policy",
+    "gateway_source",
     "load_policy",
     "make_accelerator",
     "make_engine",

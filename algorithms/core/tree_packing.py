@@ -116,7 +116,12 @@ def _parents_first(trajs: Sequence[Any], index_of: dict) -> list[int]:
 
 def tree_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
     """Logits [b, width, vocab] predicting each response token, like `response_logits`, from one
-    pass over the packed trees (rows past a response's end are zero)."""
+    pass over the packed trees (rows past a response's end are zero; `pad_id` is unused: nothing
+    is padded)."""
+    return _packed_logits(model, trajs, width, device)[0]
+
+
+def _packed_logits(model: Any, trajs: list[Any], width: int, device: Any) -> tuple[torch.Tensor, PackedTrees]:
     plan = pack_trees(trajs, width)
     dtype = next(model.parameters()).dtype
     mask = torch.zeros(plan.visible.shape, dtype=dtype)
@@ -135,7 +140,26 @@ def tree_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
         rows[i, :n] = torch.tensor(path[p - 1 : p - 1 + n], dtype=torch.long)
         valid[i, :n] = True
     picked = logits[rows.to(device)]
-    return picked * valid.to(device)[..., None].to(picked.dtype)
+    return picked * valid.to(device)[..., None].to(picked.dtype), plan
 
 
-__all__ = ["PackedTrees", "pack_trees", "tree_logits"]
+class TreePacker:
+    """`tree_logits` for a learner's forward passes, counting what the packing saved:
+    `take_metrics()` gives `tree_token_ratio` (packed ÷ flat tokens) since it was last called."""
+
+    def __init__(self) -> None:
+        self.packed = self.flat = 0
+
+    def __call__(self, model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
+        logits, plan = _packed_logits(model, trajs, width, device)
+        self.packed += plan.input_ids.shape[1]
+        self.flat += plan.flat_tokens
+        return logits
+
+    def take_metrics(self) -> dict[str, float]:
+        ratio = self.packed / self.flat if self.flat else 1.0
+        self.packed = self.flat = 0
+        return {"tree_token_ratio": ratio}
+
+
+__all__ = ["PackedTrees", "TreePacker", "pack_trees", "tree_logits"]

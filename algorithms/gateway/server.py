@@ -100,13 +100,16 @@ def _template_messages(messages: Any) -> list[dict[str, Any]]:
 class Gateway:
     """The aiohttp app: chat and text completions over one engine, recorded per session."""
 
-    def __init__(self, engine: Any, model_name: str = "policy", sessions: SessionLog | None = None) -> None:
+    def __init__(self, engine: Any, model_name: str = "policy", sessions: SessionLog | None = None,
+                 max_response_tokens: int | None = None) -> None:
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.model_name = model_name
         self.sessions = sessions or SessionLog()
         self._runner: web.AppRunner | None = None
         self._locks: dict[str, asyncio.Lock] = {}  # one call of a session at a time
+        self.gate: Any = None  # training: a `Gate` that holds calls while the learner updates
+        self.max_response_tokens = max_response_tokens  # training: a session's token budget
         self.url = ""
 
     # -- the app ------------------------------------------------------------------------------
@@ -210,9 +213,18 @@ class Gateway:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
         async with self._locks.setdefault(session.name, asyncio.Lock()):
-            traj, ids = session.prompt_ids(rendered, tokenize)
-            ids = list(ids)
-            [seg] = await self.engine.agenerate([ids], params)
+            if self.gate is not None:
+                await asyncio.to_thread(self.gate.enter)
+            try:
+                traj, ids = session.prompt_ids(rendered, tokenize)
+                ids = list(ids)
+                if self.max_response_tokens is not None:  # what is left of the session's budget
+                    left = max(0, self.max_response_tokens - len(traj.response_ids))
+                    params = params.with_(max_tokens=min(params.max_tokens, left))
+                [seg] = await self.engine.agenerate([ids], params)
+            finally:
+                if self.gate is not None:
+                    self.gate.leave()
             sampled = list(seg.token_ids)
             # the exact text of the sampled ids, special tokens included: the next call's rendered
             # prompt must start with it to continue this branch

@@ -203,7 +203,9 @@ def to_trajectories(sessions: Sequence[Session], first_traj_id: int = 0) -> list
                 prompt_ids=list(traj.prompt_ids), response_ids=list(traj.response_ids),
                 loss_mask=list(traj.loss_mask), logprobs=list(traj.logprobs),
                 reward=float(session.reward or 0.0), components=dict(session.components), group_id=group,
-                task_id=session.name, terminated=True, finish_reason=traj.finish_reason, end_reason="gateway",
+                task_id=session.name, terminated=traj.finish_reason != "length",
+                truncated=traj.finish_reason == "length", finish_reason=traj.finish_reason,
+                end_reason="length" if traj.finish_reason == "length" else "gateway",
                 segment_starts=list(traj.segment_starts), traj_id=first_traj_id + len(out),
                 lineage={"session": session.name, "drift": len(session.drift)}))
     return out

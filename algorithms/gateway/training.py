@@ -19,19 +19,56 @@ from algorithms.gateway.server import Gateway
 from algorithms.gateway.sessions import to_trajectories
 
 
+class Gate:
+    """Lets model calls through only while the learner collects: an update never runs beside a
+    generation on the same weights, and every session is sampled by one policy version."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._open, self._busy = False, 0
+
+    def enter(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._open)
+            self._busy += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Hold new calls and wait for those in flight."""
+        with self._cond:
+            self._open = False
+            self._cond.wait_for(lambda: self._busy == 0)
+
+
 class GatewaySource:
     """A gateway on a background event loop, handing rewarded sessions to the learner."""
 
-    def __init__(self, engine: Any, *, host: str = "127.0.0.1", port: int = 8200, model_name: str = "policy") -> None:
-        self.gateway = Gateway(engine, model_name=model_name)
+    def __init__(self, engine: Any, *, host: str = "127.0.0.1", port: int = 8200, model_name: str = "policy",
+                 timeout_s: float | None = None, max_response_tokens: int | None = None) -> None:
+        self.gateway = Gateway(engine, model_name=model_name, max_response_tokens=max_response_tokens)
+        self.gateway.gate = self.gate = Gate()
+        self.timeout_s = timeout_s
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="agent-envs-gateway", daemon=True).start()
         self.url = asyncio.run_coroutine_threadsafe(self.gateway.start(host, port), self._loop).result()
         self._next_traj_id = 0
 
-    def trajectories(self, sessions: int, timeout_s: float | None = None) -> tuple[list[Any], dict[str, float]]:
+    def trajectories(self, sessions: int) -> tuple[list[Any], dict[str, float]]:
         """The next `sessions` rewarded sessions as trajectories, and what they cost in drift."""
-        taken = self.gateway.sessions.take(sessions, timeout_s)
+        self.gate.open()
+        try:
+            taken = self.gateway.sessions.take(sessions, self.timeout_s)
+        finally:
+            self.gate.close()  # until the next collection: the policy is about to change
         trajs = to_trajectories(taken, self._next_traj_id)
         self._next_traj_id += len(trajs)
         drift = sum(len(s.drift) for s in taken)

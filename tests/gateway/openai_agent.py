@@ -5,8 +5,10 @@ going with vLLM's `continue_final_message`, or talks in plain chat turns with `-
 
     python openai_agent.py URL TASKS.json OUT.json [--chat-turns]
 
-TASKS.json: [{"session", "system", "question", "max_turns"}]; OUT.json gets each session's
-final text.
+TASKS.json: [{"session", "system", "question", "max_turns", "reward"?}]; OUT.json gets each
+session's final text. With "reward", the harness posts the session's reward when it ends: a
+number, "length" (the final text's length mod 7, over 6: varied rewards for a training test) or
+an env grader spec such as {"env": "AgentMath-v0", "index": 3}.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 
 from openai import OpenAI
 
@@ -62,7 +65,15 @@ def main() -> None:
         tasks = json.load(fh)
     for task in tasks:
         client = OpenAI(base_url=f"{url}/s/{task['session']}/v1", api_key="unused")
-        finals[task["session"]] = (chat_turn_episode if chat_turns else continued_episode)(client, task)
+        final = (chat_turn_episode if chat_turns else continued_episode)(client, task)
+        finals[task["session"]] = final
+        if "reward" in task:
+            reward = task["reward"]
+            body = {"reward": (len(final) % 7) / 6} if reward == "length" else (
+                reward if isinstance(reward, dict) else {"reward": reward})
+            post = urllib.request.Request(f"{url}/sessions/{task['session']}/reward", json.dumps(body).encode(),
+                                          {"Content-Type": "application/json"})
+            urllib.request.urlopen(post, timeout=60).close()
     with open(out_file, "w") as fh:
         json.dump(finals, fh)
 
