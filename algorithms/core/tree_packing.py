@@ -1,25 +1,24 @@
 """Tree packing: each token that trajectories share is computed once in the learner's forward pass.
 
 A GRPO group shares its prompt; an ARPO/AEPO tree shares its prompt and, for each fork, every
-response token before the branch point. `packing: tree` lays a micro-batch out as one packed
-sequence holding each shared token once, with a tree attention mask: a token attends to the
-tokens on its own root-to-leaf path and nothing else, and its position id is its depth on that
-path. Causal attention makes every path's logits exactly those of its flat sequence, while the
-transformer runs over `tree_token_ratio` of the flat tokens.
+response token before the branch point. `packing: tree` computes a micro-batch as a walk down its
+trees: each group's prompt once (its keys and values repeated for the group), then the roots'
+responses, then the forks level by level, each fork attending to its parent's cached keys and
+values up to its branch point and computing only its own tokens. Causal attention makes every
+path's logits exactly those of its flat sequence (the cached keys and values keep their autograd
+graph, so gradients are the flat ones too), while the transformer runs over `tree_token_ratio`
+of the flat tokens (docs/algorithms.md §2.12).
 
 The tree comes from the rollout's own lineage (`Trajectory.group_id`, `parent_id`,
 `branch_offset`: a fork's response before `branch_offset` is a copy of its parent's), never
-from comparing token ids. A group whose members' prompts differ, or a fork whose parent is not
-in the micro-batch, is laid out flat.
+from comparing token ids. A fork whose parent is not in the micro-batch, or whose prompt differs,
+is computed as a root.
 
     >>> from algorithms.rollout.trajectory import Trajectory
     >>> root = Trajectory([1, 2], [3, 4, 5], [1, 1, 1], [0.0] * 3, traj_id=0)
     >>> fork = Trajectory([1, 2], [3, 4, 9], [1, 1, 1], [0.0] * 3, traj_id=1, parent_id=0, branch_offset=2)
-    >>> plan = pack_trees([root, fork])
-    >>> plan.input_ids.tolist(), plan.position_ids.tolist()
-    ([[1, 2, 3, 4, 5, 9]], [[0, 1, 2, 3, 4, 4]])
-    >>> plan.tree_token_ratio  # 6 packed tokens stand for 10
-    0.6
+    >>> packed_tokens([root, fork]), sum(len(t.input_ids) for t in (root, fork))  # 6 computed of 10
+    (6, 10)
 """
 
 from __future__ import annotations
@@ -29,69 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-
-@dataclass
-class PackedTrees:
-    """One packed sequence for a micro-batch of trajectories.
-
-    `paths[i]` lists the packed positions of trajectory i's prompt and response, in order; the
-    logits at `paths[i][len(prompt) - 1 + r]` predict its response token r.
-    """
-
-    input_ids: torch.Tensor  # [1, L]
-    position_ids: torch.Tensor  # [1, L]
-    visible: torch.Tensor  # [L, L] bool: may query q attend to key k
-    paths: list[list[int]]
-    prompt_lens: list[int]
-    flat_tokens: int
-
-    @property
-    def tree_token_ratio(self) -> float:
-        return self.input_ids.shape[1] / max(1, self.flat_tokens)
-
-
-def pack_trees(trajs: Sequence[Any], width: int | None = None) -> PackedTrees:
-    """Lay `trajs` out with shared prompts and shared fork prefixes once (responses cut to `width`)."""
-    ids: list[int] = []
-    token_paths: list[list[int]] = []  # per packed token: the packed positions of its path, itself last
-    index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
-    prompt_of_group: dict[int, tuple[list[int], list[int]]] = {}  # group -> (prompt ids, packed path)
-    paths: dict[int, list[int]] = {}
-
-    def extend(path: list[int], tokens: Sequence[int]) -> list[int]:
-        for tok in tokens:
-            ids.append(int(tok))
-            path = [*path, len(ids) - 1]
-            token_paths.append(path)
-        return path
-
-    for i in _parents_first(trajs, index_of):
-        t = trajs[i]
-        prompt = list(t.prompt_ids)
-        response = list(t.response_ids if width is None else t.response_ids[:width])
-        parent = index_of.get((t.group_id, t.parent_id)) if t.parent_id is not None else None
-        if parent is not None and parent in paths and list(trajs[parent].prompt_ids) == prompt:
-            # a fork: its response before branch_offset is its parent's, already laid out
-            cut = min(t.branch_offset or 0, len(response), len(paths[parent]) - len(prompt))
-            paths[i] = extend(paths[parent][: len(prompt) + cut], response[cut:])
-            continue
-        shared = prompt_of_group.get(t.group_id)
-        if shared is not None and shared[0] == prompt:
-            head = shared[1]
-        else:
-            head = extend([], prompt)
-            prompt_of_group.setdefault(t.group_id, (prompt, head))
-        paths[i] = extend(head, response)
-    n = len(ids)
-    visible = torch.zeros((n, n), dtype=torch.bool)
-    positions = torch.empty(n, dtype=torch.long)
-    for q, path in enumerate(token_paths):
-        visible[q, path] = True
-        positions[q] = len(path) - 1
-    flat = sum(len(t.prompt_ids) + len(t.response_ids if width is None else t.response_ids[:width]) for t in trajs)
-    return PackedTrees(torch.tensor([ids], dtype=torch.long), positions[None], visible,
-                       [paths[i] for i in range(len(trajs))], [len(t.prompt_ids) for t in trajs], flat)
 
 
 def _parents_first(trajs: Sequence[Any], index_of: dict) -> list[int]:
@@ -114,47 +50,31 @@ def _parents_first(trajs: Sequence[Any], index_of: dict) -> list[int]:
     return done
 
 
-def tree_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
-    """Logits [b, width, vocab] predicting each response token, like `response_logits`, from one
-    pass over the packed trees (rows past a response's end are zero; `pad_id` is unused: nothing
-    is padded)."""
-    return _packed_logits(model, trajs, width, device)[0]
-
-
-def _packed_logits(model: Any, trajs: list[Any], width: int, device: Any) -> tuple[torch.Tensor, PackedTrees]:
-    plan = pack_trees(trajs, width)
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros(plan.visible.shape, dtype=dtype)
-    mask.masked_fill_(~plan.visible, torch.finfo(dtype).min)
-    out = model(
-        input_ids=plan.input_ids.to(device),
-        attention_mask=mask[None, None].to(device),
-        position_ids=plan.position_ids.to(device),
-        use_cache=False,
-    )
-    logits = out.logits[0]
-    rows = torch.zeros((len(trajs), width), dtype=torch.long)
-    valid = torch.zeros((len(trajs), width), dtype=torch.bool)
-    for i, (path, p) in enumerate(zip(plan.paths, plan.prompt_lens, strict=True)):
-        n = min(width, len(path) - p)
-        rows[i, :n] = torch.tensor(path[p - 1 : p - 1 + n], dtype=torch.long)
-        valid[i, :n] = True
-    picked = logits[rows.to(device)]
-    return picked * valid.to(device)[..., None].to(picked.dtype), plan
+def packed_tokens(trajs: Sequence[Any], width: int | None = None) -> int:
+    """How many tokens `walk_logits` computes: each group's distinct prompts once, each root's
+    response, and each fork's response from its branch point."""
+    index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
+    prompts = {(t.group_id, tuple(t.prompt_ids)) for t in trajs}
+    total = sum(len(p) for _, p in prompts)
+    for t in trajs:
+        n = len(t.response_ids) if width is None else min(width, len(t.response_ids))
+        p = index_of.get((t.group_id, t.parent_id)) if t.parent_id is not None else None
+        shares = p is not None and list(trajs[p].prompt_ids) == list(t.prompt_ids)
+        total += n - (min(t.branch_offset or 0, n) if shares else 0)
+    return total
 
 
 class TreePacker:
-    """`tree_logits` for a learner's forward passes, counting what the packing saved:
+    """`walk_logits` for a learner's forward passes, counting what the packing saved:
     `take_metrics()` gives `tree_token_ratio` (packed ÷ flat tokens) since it was last called."""
 
     def __init__(self) -> None:
         self.packed = self.flat = 0
 
     def __call__(self, model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
-        logits, plan = _packed_logits(model, trajs, width, device)
-        self.packed += plan.input_ids.shape[1]
-        self.flat += plan.flat_tokens
-        return logits
+        self.packed += packed_tokens(trajs, width)
+        self.flat += sum(len(t.prompt_ids) + min(width, len(t.response_ids)) for t in trajs)
+        return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
 
     def take_metrics(self) -> dict[str, float]:
         ratio = self.packed / self.flat if self.flat else 1.0
@@ -162,4 +82,150 @@ class TreePacker:
         return {"tree_token_ratio": ratio}
 
 
-__all__ = ["PackedTrees", "TreePacker", "pack_trees", "tree_logits"]
+
+
+
+@dataclass
+class _Node:
+    """A computed trajectory: its keys and values per layer, the attention mask over them, where
+    each response offset sits in that layout, and the logits row predicting each response token."""
+
+    keys: list[torch.Tensor]  # per layer [kv_heads, T, head_dim]
+    values: list[torch.Tensor]
+    mask: torch.Tensor  # [T]
+    offset_at: int  # layout index of response offset `first`
+    first: int  # response offsets before this are the parent's (at the parent's layout)
+    parent: _Node | None
+    prompt_len: int
+    logits: torch.Tensor  # [n + 1, vocab]: row t predicts response token t
+
+    def index(self, t: int) -> int:
+        """Layout index just past response offset t - 1: a prefix of the layout ending there holds
+        the prompt and the response before t (and masked holes)."""
+        if t >= self.first or self.parent is None:
+            return self.offset_at + (t - self.first)
+        return self.parent.index(t)
+
+
+def walk_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
+    """Logits [b, width, vocab] like `response_logits`, computing each shared token once: each
+    group's prompt once (its keys and values repeated for the group), then roots, then forks level
+    by level, each fork attending to its parent's cached keys and values up to its branch point.
+    Causal attention makes this the flat computation; gradients flow through the caches."""
+
+    index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
+    order = _parents_first(trajs, index_of)
+    depth: dict[int, int] = {}
+    parent: dict[int, int | None] = {}
+    for i in order:
+        t = trajs[i]
+        p = index_of.get((t.group_id, t.parent_id)) if t.parent_id is not None else None
+        if p is not None and (p not in depth or list(trajs[p].prompt_ids) != list(t.prompt_ids)):
+            p = None
+        parent[i], depth[i] = p, 0 if p is None else depth[p] + 1
+    nodes: dict[int, _Node] = {}
+    for level in range(max(depth.values()) + 1):
+        rows = [i for i in order if depth[i] == level]
+        if level == 0:
+            _roots(model, trajs, rows, width, pad_id, device, nodes)
+        else:
+            _forks(model, trajs, rows, width, pad_id, device, nodes, parent)
+    vocab = nodes[0].logits.shape[-1]
+    out = []
+    for i, t in enumerate(trajs):
+        n = min(width, len(t.response_ids))
+        rows_i = nodes[i].logits[:n]
+        if n < width:
+            rows_i = torch.cat([rows_i, rows_i.new_zeros((width - n, vocab))])
+        out.append(rows_i)
+    return torch.stack(out)
+
+
+def _cache(keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+        cache.update(k, v, layer)
+    return cache
+
+
+def _roots(model: Any, trajs: list[Any], rows: list[int], width: int, pad_id: int, device: Any,
+           nodes: dict[int, _Node]) -> None:
+    owner_of: dict[tuple[int, ...], int] = {}
+    owners = [owner_of.setdefault(tuple(trajs[i].prompt_ids), len(owner_of)) for i in rows]
+    prompts = list(owner_of)
+    plen = max(len(p) for p in prompts)
+    p_ids = torch.full((len(prompts), plen), pad_id, dtype=torch.long)
+    p_mask = torch.zeros((len(prompts), plen), dtype=torch.long)
+    for k, p in enumerate(prompts):
+        p_ids[k, plen - len(p):] = torch.tensor(p, dtype=torch.long)
+        p_mask[k, plen - len(p):] = 1
+    head = model(input_ids=p_ids.to(device), attention_mask=p_mask.to(device),
+                 position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0).to(device), logits_to_keep=1, use_cache=True)
+    sel = torch.tensor(owners, device=device)
+    keys = [layer.keys.index_select(0, sel) for layer in head.past_key_values.layers]
+    values = [layer.values.index_select(0, sel) for layer in head.past_key_values.layers]
+    lens = [min(width, len(trajs[i].response_ids)) for i in rows]
+    w = max(1, max(lens))
+    ids = torch.full((len(rows), w), pad_id, dtype=torch.long)
+    r_mask = torch.zeros((len(rows), w), dtype=torch.long)
+    for k, (i, n) in enumerate(zip(rows, lens, strict=True)):
+        ids[k, :n] = torch.tensor(trajs[i].response_ids[:n], dtype=torch.long)
+        r_mask[k, :n] = 1
+    starts = torch.tensor([len(trajs[i].prompt_ids) for i in rows]).unsqueeze(1)
+    mask = torch.cat([p_mask[owners], r_mask], dim=1)
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                position_ids=(starts + torch.arange(w)).to(device), past_key_values=_cache(keys, values),
+                use_cache=True)
+    cache = out.past_key_values
+    first_rows = head.logits[:, -1][sel]
+    for k, i in enumerate(rows):
+        logits = torch.cat([first_rows[k : k + 1], out.logits[k, : lens[k]]])  # row t predicts token t
+        nodes[i] = _Node([layer.keys[k] for layer in cache.layers], [layer.values[k] for layer in cache.layers],
+                         mask[k], plen, 0, None, len(trajs[i].prompt_ids), logits)
+
+
+def _forks(model: Any, trajs: list[Any], rows: list[int], width: int, pad_id: int, device: Any,
+           nodes: dict[int, _Node], parent: dict[int, int | None]) -> None:
+    cuts, prefixes = [], []
+    for i in rows:
+        up = nodes[parent[i]]
+        cut = min(trajs[i].branch_offset or 0, len(up.logits) - 1, width)
+        cuts.append(cut)
+        prefixes.append(up.index(cut))
+    longest = max(prefixes)
+    lens = [max(0, min(width, len(trajs[i].response_ids)) - c) for i, c in zip(rows, cuts, strict=True)]
+    w = max(1, max(lens))
+    layers = len(nodes[parent[rows[0]]].keys)
+    keys: list[list[torch.Tensor]] = [[] for _ in range(layers)]
+    values: list[list[torch.Tensor]] = [[] for _ in range(layers)]
+    masks = []
+    ids = torch.full((len(rows), w), pad_id, dtype=torch.long)
+    own_mask = torch.zeros((len(rows), w), dtype=torch.long)
+    for k, (i, cut, end) in enumerate(zip(rows, cuts, prefixes, strict=True)):
+        up = nodes[parent[i]]
+        hole = longest - end  # the parent's layout up to the branch point, then masked padding
+        for layer in range(layers):
+            kk, vv = up.keys[layer][:, :end], up.values[layer][:, :end]
+            keys[layer].append(torch.nn.functional.pad(kk, (0, 0, 0, hole)))
+            values[layer].append(torch.nn.functional.pad(vv, (0, 0, 0, hole)))
+        masks.append(torch.nn.functional.pad(up.mask[:end], (0, hole)))
+        ids[k, : lens[k]] = torch.tensor(trajs[i].response_ids[cut : cut + lens[k]], dtype=torch.long)
+        own_mask[k, : lens[k]] = 1
+    prefix_mask = torch.stack(masks).to(device)
+    starts = torch.tensor([len(trajs[i].prompt_ids) + c for i, c in zip(rows, cuts, strict=True)]).unsqueeze(1)
+    cache = _cache([torch.stack(k) for k in keys], [torch.stack(v) for v in values])
+    mask = torch.cat([prefix_mask, own_mask.to(device)], dim=1)
+    out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=(starts + torch.arange(w)).to(device),
+                past_key_values=cache, use_cache=True)
+    for k, (i, cut) in enumerate(zip(rows, cuts, strict=True)):
+        up = nodes[parent[i]]
+        # rows up to the branch point are the parent's (same context); the rest are this fork's
+        logits = torch.cat([up.logits[: cut + 1], out.logits[k, : lens[k]]])
+        nodes[i] = _Node([layer.keys[k] for layer in out.past_key_values.layers],
+                         [layer.values[k] for layer in out.past_key_values.layers], mask[k], longest, cut, up,
+                         len(trajs[i].prompt_ids), logits)
+
+
+__all__ = ["TreePacker", "packed_tokens", "walk_logits"]
