@@ -69,3 +69,23 @@ def test_tree_packing_gives_the_flat_step_on_fewer_tokens(tmp_path):
         if key in flat_m:
             assert tree_m[key] == pytest.approx(flat_m[key], abs=1e-5), key
     assert all(torch.allclose(flat_w[n], tree_w[n], atol=1e-5) for n in flat_w)
+
+
+def test_arpo_with_python_sessions_and_tree_packing_resumes_exactly(tmp_path):
+    def cfg(out, steps):
+        kw = common(out, packing="tree", total_steps=steps, save_every=1, export_model=False,
+                    tree=TreeConfig(initial_rollouts=2, beam_size=2))
+        kw["env_kwargs"] = {**kw["env_kwargs"], "python": {"session": True}}
+        return ARPOConfig(**kw)
+
+    full = ARPOLearner(cfg(tmp_path / "full", 2))
+    metrics = full.train()
+    assert all(0 < m["tree_token_ratio"] < 1 for m in metrics)
+    ARPOLearner(cfg(tmp_path / "cut", 1)).train()
+    resumed = ARPOLearner(cfg(tmp_path / "cut", 2))
+    [last] = resumed.train(resume=True)
+    timings = {k for k in last if "time" in k}  # wall clock: the only thing a resume may change
+    assert {k: v for k, v in last.items() if k not in timings} == {
+        k: v for k, v in metrics[-1].items() if k not in timings}
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[n], b[n]) for n in a)
