@@ -77,7 +77,8 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                            [f"model={base}", f"output_dir={root / 'sft'}", f"seed={seed}", "eval_episodes=0"]
                            + ([f"steps={sft_steps}"] if sft_steps else []))
     cls = learner_class(algo)
-    rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}"] + (
+    # the run keeps its trajectories, so `agent-envs view` and `analyze` work on it as it is
+    rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}", "save_trajectories=true"] + (
         [f"total_steps={rl_steps}"] if rl_steps else [])
     rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", rl_overrides)
     # held-out tasks: the end of the world's index range (SFT trains on the start, RL samples uniformly)

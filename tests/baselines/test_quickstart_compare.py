@@ -33,3 +33,6 @@ def test_quickstart_smoke(tmp_path):
     assert all("hard_tool_rate" in r for r in rows)  # the world mixes easy and hard tasks
     assert (out / "results.png").stat().st_size > 0 and "| model |" in (out / "results.md").read_text()
     assert (out / "grpo" / "final_model" / "config.json").is_file()
+    # the run can be viewed and analysed as it is: it kept its trajectories
+    assert (out / "grpo" / "trajectories" / "step_000001.jsonl").is_file()
+    assert main(["analyze", str(out / "grpo")]) == 0 and (out / "grpo" / "analysis").is_dir()
