@@ -94,6 +94,29 @@ def response_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, de
     return out.logits[:, :-1]
 
 
+def prompt_pass(model: Any, prompts: list[Any], *, pad_id: int, device: Any) -> tuple[Any, torch.Tensor] | None:
+    """One pass over distinct prompts (left-padded) keeping their keys and values: the model's
+    output (`past_key_values`, the last position's logits) and the prompts' attention mask; None
+    when the cache keeps something other than every position (sliding-window or hybrid caches)."""
+    plen = max(len(p) for p in prompts)
+    p_ids = torch.full((len(prompts), plen), pad_id, dtype=torch.long)
+    p_attn = torch.zeros((len(prompts), plen), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        p_ids[i, plen - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        p_attn[i, plen - len(p) :] = 1
+    head = model(
+        input_ids=p_ids.to(device),
+        attention_mask=p_attn.to(device),
+        position_ids=(p_attn.cumsum(-1) - 1).clamp(min=0).to(device),
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    layers = getattr(head.past_key_values, "layers", [None])
+    if not all(type(layer).__name__ == "DynamicLayer" for layer in layers):
+        return None
+    return head, p_attn
+
+
 def shared_prompt_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
     """`response_logits`, with each distinct prompt run once: a group's G responses share a
     prompt, so its KV cache is computed once (with gradients) and repeated for them. Causal
@@ -103,24 +126,11 @@ def shared_prompt_logits(model: Any, trajs: list[Any], width: int, *, pad_id: in
     owners = [owner_of.setdefault(tuple(t.prompt_ids), len(owner_of)) for t in trajs]
     if len(owner_of) == len(trajs):
         return response_logits(model, trajs, width, pad_id=pad_id, device=device)
-    prompts = list(owner_of)
-    plen = max(len(p) for p in prompts)
-    p_ids = torch.full((len(prompts), plen), pad_id, dtype=torch.long)
-    p_attn = torch.zeros((len(prompts), plen), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        p_ids[i, plen - len(p) :] = torch.tensor(p, dtype=torch.long)
-        p_attn[i, plen - len(p) :] = 1
-    head = model(
-        input_ids=p_ids.to(device),
-        attention_mask=p_attn.to(device),
-        position_ids=(p_attn.cumsum(-1) - 1).clamp(min=0).to(device),
-        logits_to_keep=1,
-        use_cache=True,
-    )
-    cache = head.past_key_values
-    if not all(type(layer).__name__ == "DynamicLayer" for layer in getattr(cache, "layers", [None])):
-        # sliding-window or hybrid caches keep something other than every prompt position
+    passed = prompt_pass(model, list(owner_of), pad_id=pad_id, device=device)
+    if passed is None:
         return response_logits(model, trajs, width, pad_id=pad_id, device=device)
+    head, p_attn = passed
+    cache = head.past_key_values
     rows = torch.tensor(owners, device=device)
     for layer in cache.layers:  # one copy of its prompt's keys and values per response
         layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
@@ -166,4 +176,4 @@ def frozen_logprobs(
     return lps, ents
 
 
-__all__ = ["frozen_logprobs", "response_logits", "shared_prompt_logits", "token_logprobs"]
+__all__ = ["frozen_logprobs", "prompt_pass", "response_logits", "shared_prompt_logits", "token_logprobs"]

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from algorithms.core.logprobs import prompt_pass, response_logits
+
 
 def _parents_first(trajs: Sequence[Any], index_of: dict) -> list[int]:
     """Indices in an order where every fork comes after its parent (if the parent is present)."""
@@ -127,7 +129,8 @@ def walk_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
     for level in range(max(depth.values()) + 1):
         rows = [i for i in order if depth[i] == level]
         if level == 0:
-            _roots(model, trajs, rows, width, pad_id, device, nodes)
+            if not _roots(model, trajs, rows, width, pad_id, device, nodes):
+                return response_logits(model, trajs, width, pad_id=pad_id, device=device)
         else:
             _forks(model, trajs, rows, width, pad_id, device, nodes, parent)
     vocab = nodes[0].logits.shape[-1]
@@ -151,18 +154,15 @@ def _cache(keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
 
 
 def _roots(model: Any, trajs: list[Any], rows: list[int], width: int, pad_id: int, device: Any,
-           nodes: dict[int, _Node]) -> None:
+           nodes: dict[int, _Node]) -> bool:
+    """Lay out the roots; False when the model's cache cannot be reused (sliding-window layers)."""
     owner_of: dict[tuple[int, ...], int] = {}
     owners = [owner_of.setdefault(tuple(trajs[i].prompt_ids), len(owner_of)) for i in rows]
-    prompts = list(owner_of)
-    plen = max(len(p) for p in prompts)
-    p_ids = torch.full((len(prompts), plen), pad_id, dtype=torch.long)
-    p_mask = torch.zeros((len(prompts), plen), dtype=torch.long)
-    for k, p in enumerate(prompts):
-        p_ids[k, plen - len(p):] = torch.tensor(p, dtype=torch.long)
-        p_mask[k, plen - len(p):] = 1
-    head = model(input_ids=p_ids.to(device), attention_mask=p_mask.to(device),
-                 position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0).to(device), logits_to_keep=1, use_cache=True)
+    passed = prompt_pass(model, list(owner_of), pad_id=pad_id, device=device)
+    if passed is None:
+        return False
+    head, p_mask = passed
+    plen = p_mask.shape[1]
     sel = torch.tensor(owners, device=device)
     keys = [layer.keys.index_select(0, sel) for layer in head.past_key_values.layers]
     values = [layer.values.index_select(0, sel) for layer in head.past_key_values.layers]
@@ -184,6 +184,7 @@ def _roots(model: Any, trajs: list[Any], rows: list[int], width: int, pad_id: in
         logits = torch.cat([first_rows[k : k + 1], out.logits[k, : lens[k]]])  # row t predicts token t
         nodes[i] = _Node([layer.keys[k] for layer in cache.layers], [layer.values[k] for layer in cache.layers],
                          mask[k], plen, 0, None, len(trajs[i].prompt_ids), logits)
+    return True
 
 
 def _forks(model: Any, trajs: list[Any], rows: list[int], width: int, pad_id: int, device: Any,
