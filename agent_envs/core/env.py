@@ -316,12 +316,9 @@ class ToolEnv(gym.Env[str, str]):
         return result if type(result) is tuple else await result
 
     def truncate(self, why: str = "response_budget") -> tuple[float, dict]:
-        """End the episode from outside, e.g. when a runner's token budget ran out.
-
-        The reward is computed on the partial response by the same finishing code as a truncation
-        inside `step`, so an episode cut off by a runner scores like one cut off by the env.
-        Inside an event loop, `await env.atruncate(why)`.
-        """
+        """End the episode from outside, e.g. when a runner's token budget ran out: the partial
+        response is scored by the same finishing code as a truncation inside `step`, so an episode
+        cut off by a runner scores like one cut off by the env (in an event loop: `atruncate`)."""
         result = self._truncation(why)
         if type(result) is not tuple:  # a judge or the symbolic stage: wait for it on the env's loop
             result = _wait_on_background_loop(result)

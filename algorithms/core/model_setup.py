@@ -157,10 +157,9 @@ def make_engine(cfg: Any, *, path: str, tokenizer: Any, accelerator: Any, model:
 def gateway_source(learner: Any) -> Any:
     """The gateway a learner trains from with `rollout_source: gateway` (docs/interop.md): its own
     engine served on 127.0.0.1; each step's batch is GRPO groups of rewarded sessions."""
-    from algorithms.core.learner import Learner
     from algorithms.gateway.training import GatewaySource
 
-    if type(learner).collect is not Learner.collect or type(learner).rollout is not Learner.rollout:
+    if learner.name != "grpo":  # DAPO, ARPO and AEPO change the rollout that sessions replace
         raise ValueError(f"config field 'rollout_source': gateway sessions replace the rollout, which "
                          f"{learner.name} changes; train them with --algo grpo")
     if learner.world > 1:

@@ -19,6 +19,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+REPLY_GRACE_S = 5.0  # beyond a call's own deadline, before a worker itself is presumed stuck
+
+
+class WorkerError(RuntimeError):
+    """A sandbox worker process died, hung or answered nonsense."""
+
 BACKENDS = ("local", "docker", "service")
 
 

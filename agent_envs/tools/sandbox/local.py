@@ -36,7 +36,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from . import Sandbox, SandboxConfig, SandboxResult
+from . import REPLY_GRACE_S, Sandbox, SandboxConfig, SandboxResult, WorkerError
 from .sessions import SessionPool
 from .worker import clean_env
 
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 STARTUP_TIMEOUT_S = 120.0  # importing a heavy preamble (sympy, numpy) on a loaded machine
-REPLY_GRACE_S = 5.0  # beyond the call's own deadline, before the worker itself is presumed stuck
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 _live: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
@@ -61,10 +60,6 @@ def _warn_once(message: str) -> None:
 def worker_env() -> dict[str, str]:
     """The whole environment of a worker (and so of the code): nothing is inherited."""
     return clean_env("/tmp")
-
-
-class WorkerError(RuntimeError):
-    """The worker process died, hung or answered nonsense."""
 
 
 class _Worker:

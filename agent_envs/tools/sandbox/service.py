@@ -16,8 +16,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from . import Sandbox, SandboxConfig, SandboxResult
-from .local import REPLY_GRACE_S
+from . import REPLY_GRACE_S, Sandbox, SandboxConfig, SandboxResult
 
 RESULT_FIELDS = set(SandboxResult.__dataclass_fields__)
 IDLE_CLOSE_S = 30.0  # a kept-alive connection idle this long is replaced before use

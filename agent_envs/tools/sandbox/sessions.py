@@ -22,12 +22,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import SandboxConfig, SandboxResult
-
-if TYPE_CHECKING:
-    from .local import LocalSandbox, _Worker
+from . import REPLY_GRACE_S, SandboxConfig, SandboxResult, WorkerError
 
 OPEN_TIMEOUT_S = 60.0  # a family's set-up: a fork and a few mounts, on a loaded machine
 
@@ -39,7 +36,7 @@ class SessionLost(Exception):
 class _Slot:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.worker: _Worker | None = None
+        self.worker: Any = None  # the local backend's worker holding this slot's sessions
         self.generation = 0
         self.live: set[str] = set()
         self.opening = 0  # sessions being opened here (counted for the choice of a worker)
@@ -48,7 +45,7 @@ class _Slot:
 class SessionPool:
     """The sessions of one `LocalSandbox` (its `sessions` attribute)."""
 
-    def __init__(self, sandbox: LocalSandbox) -> None:
+    def __init__(self, sandbox: Any) -> None:  # the LocalSandbox that owns this pool
         self.sandbox = sandbox
         self._slots = [_Slot() for _ in range(sandbox.config.pool_size)]
         self._lock = threading.Lock()
@@ -65,8 +62,6 @@ class SessionPool:
 
     def _request(self, slot: _Slot, message: dict, timeout_s: float) -> dict:
         """One request to the slot's worker (started if needed); the caller holds `slot.lock`."""
-        from .local import REPLY_GRACE_S, WorkerError
-
         if slot.worker is None:
             slot.worker = self.sandbox._spawn()
         try:
@@ -108,8 +103,6 @@ class SessionPool:
     def run(self, sid: str, code: str, timeout_s: float | None = None) -> SandboxResult:
         """Run one cell. A lost session answers with `metadata["session_lost"]` set (why), and
         `metadata["session_ran"]` False when the cell did not run at all (the session was gone)."""
-        from .local import WorkerError
-
         timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
         try:
             slot, remote = self._find(sid)
@@ -148,8 +141,6 @@ class SessionPool:
 
     def close(self, sid: str) -> None:
         """End the session (its interpreter and, with its last member, its family); idempotent."""
-        from .local import WorkerError
-
         try:
             slot, remote = self._find(sid)
         except SessionLost:
