@@ -90,6 +90,13 @@ class SandboxResult:
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any], **extra: Any) -> SandboxResult:
+        """The result a worker's reply to a call or a session cell reports (`extra`: error, metadata)."""
+        return cls(stdout=reply["stdout"], stderr=reply["stderr"], exit_code=reply["exit_code"],
+                   timed_out=reply["timed_out"], elapsed_s=reply["elapsed_s"],
+                   dropped_bytes=reply["stdout_dropped"] + reply["stderr_dropped"], **extra)
+
 
 class Sandbox(ABC):
     """A backend. `execute` is blocking and thread-safe; callers run it in threads for concurrency.

@@ -248,13 +248,8 @@ class LocalSandbox(Sandbox):
                     worker.close()
                 else:
                     self._idle.append(worker)
-        return SandboxResult(
-            stdout=reply["stdout"],
-            stderr=reply["stderr"],
-            exit_code=reply["exit_code"],
-            timed_out=reply["timed_out"],
-            elapsed_s=reply["elapsed_s"],
-            dropped_bytes=reply["stdout_dropped"] + reply["stderr_dropped"],
+        return SandboxResult.from_reply(
+            reply,
             error="sandbox setup failed: " + reply["stderr"].strip() if reply["setup_failed"] else None,
             metadata={"worker_calls": worker.calls},
         )

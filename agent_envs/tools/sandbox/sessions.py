@@ -116,15 +116,8 @@ class SessionPool:
         if "stdout" not in reply:
             lost = reply.get("lost", "unknown")
             return SandboxResult(exit_code=None, metadata={"session_lost": lost, "session_ran": False})
-        return SandboxResult(
-            stdout=reply["stdout"],
-            stderr=reply["stderr"],
-            exit_code=reply["exit_code"],
-            timed_out=reply["timed_out"],
-            elapsed_s=reply["elapsed_s"],
-            dropped_bytes=reply["stdout_dropped"] + reply["stderr_dropped"],
-            metadata={"session_lost": reply["lost"], "session_ran": True} if reply["lost"] else {},
-        )
+        return SandboxResult.from_reply(
+            reply, metadata={"session_lost": reply["lost"], "session_ran": True} if reply["lost"] else {})
 
     def fork(self, sid: str, seed: int) -> str:
         """A copy-on-write fork of the session's interpreter; raises SessionLost or WorkerError."""
