@@ -2,12 +2,17 @@
 
     agent-envs quickstart                    # about 5 minutes on 2 idle CPU cores
     agent-envs quickstart --sft-steps 40 --rl-steps 4 --eval-tasks 16   # a smoke run
+    agent-envs quickstart --model smollm2    # the same story on a real pretrained model, with LoRA
+
+`--model smollm2` runs SmolLM2-135M-Instruct (docs/real-model.md) through the same stages with
+its own presets (configs/sft_smollm2.yaml, configs/grpo_smollm2.yaml, configs/arpo_smollm2.yaml).
 
 The task mixes easy questions (one-digit sums, answerable at once) with hard ones that need the
 tool, and the SFT traces come from a deliberately imperfect teacher that often skips the tool on
 hard tasks and guesses (configs/sft_tiny.yaml). SFT teaches the protocol and digit copying; RL
 must fix the strategy. Stages, each written under `--out` (default runs/quickstart):
-1. build a tiny Qwen2-architecture model and tokenizer locally (no hub download);
+1. build a tiny Qwen2-architecture model and tokenizer locally (no hub download; with
+   `--model smollm2`, convert SmolLM2's GGUF file once instead);
 2. cold-start SFT on the imperfect teacher's traces (configs/sft_tiny.yaml);
 3. RL from the SFT checkpoint with the python sandbox in the loop (configs/grpo_tiny.yaml);
 4. evaluate SFT and RL models on held-out tasks, greedy and with the RL run's own sampling setup
@@ -28,6 +33,17 @@ from algorithms.base.presets import presets_dir
 
 CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 SAMPLES = 4  # samples per held-out task in the sampled evaluation
+MODELS = ("tiny", "smollm2")  # each has presets sft_<model>.yaml and <algo>_<model>.yaml
+
+
+def preset(model: str, algo: str) -> tuple[Path, Path]:
+    """The SFT and RL presets of a quickstart model."""
+    rl = CONFIGS / f"{algo}_{model}.yaml"
+    if not rl.is_file():
+        have = sorted(p.name.split("_")[0] for p in CONFIGS.glob(f"*_{model}.yaml") if not p.name.startswith("sft"))
+        raise ValueError(f"config field 'algo': the {model} quickstart has presets for {', '.join(have)}, "
+                         f"not {algo!r}")
+    return CONFIGS / f"sft_{model}.yaml", rl
 
 
 def tool_use_by_difficulty(samples_file: Path, tasks: Any, indices: range) -> dict[str, float]:
@@ -52,13 +68,13 @@ def tool_use_by_difficulty(samples_file: Path, tasks: Any, indices: range) -> di
 
 
 def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, rl_steps: int | None = None,
-                   eval_tasks: int = 64, algo: str = "grpo", seed: int = 0) -> dict[str, Any]:
+                   eval_tasks: int = 64, algo: str = "grpo", seed: int = 0, model: str = "tiny") -> dict[str, Any]:
     import gymnasium as gym
 
     from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
     from algorithms.core.run_log import read_metrics
-    from algorithms.models.tiny import build_tiny_model
+    from algorithms.models.resolve import resolve_model
     from algorithms.sft import SFTConfig, run_sft
     from baselines.comparison.report import markdown_table, quickstart_plot
     from baselines.evaluation.evaluate import EvalConfig, evaluate
@@ -71,16 +87,17 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
         timings[name] = time.perf_counter()
         print(f"\n== {name} ==", flush=True)
 
-    stage("tiny model")
-    base = build_tiny_model()
-    sft_cfg = build_config(SFTConfig, CONFIGS / "sft_tiny.yaml",
+    sft_preset, rl_preset = preset(model, algo)
+    stage(f"{model} model")
+    base = resolve_model(model)
+    sft_cfg = build_config(SFTConfig, sft_preset,
                            [f"model={base}", f"output_dir={root / 'sft'}", f"seed={seed}", "eval_episodes=0"]
                            + ([f"steps={sft_steps}"] if sft_steps else []))
     cls = learner_class(algo)
     # the run keeps its trajectories, so `agent-envs view` and `analyze` work on it as it is
     rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}", "save_trajectories=true"] + (
         [f"total_steps={rl_steps}"] if rl_steps else [])
-    rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", rl_overrides)
+    rl_cfg = build_config(cls.config_class, rl_preset, rl_overrides)
     # held-out tasks: the end of the world's index range (SFT trains on the start, RL samples uniformly)
     tasks = gym.make(rl_cfg.env, **rl_cfg.env_kwargs).unwrapped.tasks
     first = len(tasks) - eval_tasks
@@ -105,7 +122,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     stage("SFT evaluation")
     rows = [evaluation("SFT (greedy)", sft, True), evaluation(f"SFT ({sampled})", sft, False)]
     stage(algo.upper())
-    rl_cfg = build_config(cls.config_class, CONFIGS / f"{algo}_tiny.yaml", [f"model={sft}", *rl_overrides])
+    rl_cfg = build_config(cls.config_class, rl_preset, [f"model={sft}", *rl_overrides])
     cls(rl_cfg).train()
     rl = root / algo / "final_model"
     stage(f"{algo.upper()} evaluation")
@@ -120,8 +137,8 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                ("response_tokens", "response tokens"))
     table = markdown_table(rows, label="model", columns=columns)
     plot = quickstart_plot(rows, read_metrics(root / algo), root / "results.png",
-                           f"AgentMath-v0 (easy + hard tasks), {eval_tasks} held-out tasks, {algo.upper()}")
-    text = (f"# Quickstart results\n\nHeld-out tasks: {eval_tasks} (indices {first}-{len(tasks) - 1}); "
+                           f"AgentMath-v0 (easy + hard tasks), {eval_tasks} held-out tasks, {algo.upper()}, {model}")
+    text = (f"# Quickstart results ({model})\n\nHeld-out tasks: {eval_tasks} (indices {first}-{len(tasks) - 1}); "
             f"sampled rows use the {algo.upper()} run's sampling setup ({sampled}).\n"
             "Hard tasks need the tool; easy ones (one-digit sums) do not.\n\n"
             f"{table}\n\nWall time per stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())
@@ -137,9 +154,12 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
 class QuickstartConfig:
     """The settings of `agent-envs quickstart`."""
 
-    out: str = option("runs/quickstart", "folder of every stage's output and results.md")
-    sft_steps: int | None = option(None, "SFT steps (null: configs/sft_tiny.yaml's)")
-    rl_steps: int | None = option(None, "RL steps (null: the algorithm's tiny preset's)")
+    out: str | None = option(None, "folder of every stage's output and results.md (null: runs/quickstart, "
+                             "or runs/quickstart-<model> for a model other than tiny)")
+    model: Literal["tiny", "smollm2"] = option("tiny", "tiny (built locally, ~5 min) or smollm2 "
+                                                "(SmolLM2-135M-Instruct with LoRA, docs/real-model.md)")
+    sft_steps: int | None = option(None, "SFT steps (null: the model's SFT preset's, configs/sft_<model>.yaml)")
+    rl_steps: int | None = option(None, "RL steps (null: the model's preset for the algorithm)")
     eval_tasks: int = option(64, "held-out evaluation tasks: the env's last N")
     algo: Literal["grpo", "dapo", "arpo", "aepo"] = option("grpo", "the RL algorithm")
     seed: int = option(0, "seed of SFT and RL (the tasks stay the same)")
@@ -147,6 +167,7 @@ class QuickstartConfig:
     def validate(self) -> None:
         check_types(self)
         require(self.eval_tasks >= 1, "eval_tasks", "must be >= 1", self.eval_tasks)
+        preset(self.model, self.algo)  # names the algorithms the model has presets for
 
 
 _FLAGS = tuple(f.name for f in fields(QuickstartConfig))
@@ -162,5 +183,6 @@ def add_cli(subparsers: Any) -> None:
 
 def _run(args: Any) -> int:
     cfg = build_config(QuickstartConfig, None, args.overrides, given=flag_values(args, _FLAGS, QuickstartConfig))
-    run_quickstart(cfg.out, cfg.sft_steps, cfg.rl_steps, cfg.eval_tasks, cfg.algo, cfg.seed)
+    out = cfg.out or ("runs/quickstart" if cfg.model == "tiny" else f"runs/quickstart-{cfg.model}")
+    run_quickstart(out, cfg.sft_steps, cfg.rl_steps, cfg.eval_tasks, cfg.algo, cfg.seed, cfg.model)
     return 0

@@ -36,3 +36,21 @@ def test_quickstart_smoke(tmp_path):
     # the run can be viewed and analysed as it is: it kept its trajectories
     assert (out / "grpo" / "trajectories" / "step_000001.jsonl").is_file()
     assert main(["analyze", str(out / "grpo")]) == 0 and (out / "grpo" / "analysis").is_dir()
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_every_quickstart_model_has_presets_that_build(model):
+    from algorithms.sft import SFTConfig
+    from baselines.quickstart import preset
+
+    sft, rl = preset(model, "grpo")
+    sft_cfg, rl_cfg = build_config(SFTConfig, sft), build_config(learner_class("grpo").config_class, rl)
+    # RL continues on the task SFT learned, in the world SFT's traces came from
+    assert sft_cfg.env == rl_cfg.env and sft_cfg.env_kwargs["world"] == rl_cfg.env_kwargs["world"]
+    assert (sft_cfg.model == model) and rl_cfg.model == f"runs/{sft_cfg.output_dir.split('/')[-1]}/final_model"
+
+
+def test_a_quickstart_model_without_a_preset_for_the_algorithm_is_one_line(capsys):
+    assert main(["quickstart", "model=smollm2", "algo=dapo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "smollm2 quickstart has presets for arpo, grpo, not 'dapo'" in err and "\n" not in err
