@@ -2,7 +2,8 @@
 
 LoRA: one GRPO run trains only the adapters, exports a plain merged checkpoint, and a run stopped
 after a checkpoint resumes to exactly the uninterrupted run's adapters. Tree packing: one ARPO step
-from the same state gives the flat step's metrics and weights, on fewer computed tokens.
+from the same state gives the flat step's metrics and weights, on fewer computed tokens, with
+full fine-tuning and with LoRA.
 """
 
 from __future__ import annotations
@@ -54,11 +55,13 @@ def test_lora_trains_only_adapters_and_resumes_exactly(tmp_path):
     assert final.keys() == again.keys() and all(torch.equal(final[n], again[n]) for n in final)
 
 
-def test_tree_packing_gives_the_flat_step_on_fewer_tokens(tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_tree_packing_gives_the_flat_step_on_fewer_tokens(tmp_path, lora):
     runs = {}
     for packing in ("flat", "tree"):
         cfg = ARPOConfig(**common(tmp_path / packing, packing=packing, total_steps=1, export_model=False,
-                                  save_every=0, tree=TreeConfig(initial_rollouts=2, beam_size=2)))
+                                  save_every=0, tree=TreeConfig(initial_rollouts=2, beam_size=2),
+                                  lora=LoRAConfig(enabled=lora, r=4, alpha=8.0)))
         learner = ARPOLearner(cfg)
         [metrics] = learner.train()
         weights = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
