@@ -28,16 +28,23 @@ quickstart: $(STAMP)
 
 # OMP_NUM_THREADS=1 is for speed, not correctness: the tests' processes and servers share few cores,
 # and one torch thread each keeps them from oversubscribing (the vLLM engine sets its own threads).
+# Two pytest-xdist workers keep both cores of a small machine busy (WORKERS=1: one process, in
+# collection order). loadfile keeps a file's tests, and the files on one costly session fixture,
+# on one worker (conftest.py); no reorder: the longest groups are collected first, to start first.
+WORKERS ?= 2
+XDIST   := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider $(XDIST) --durations=15
 
 # what to run while working: no `slow` (over ~5 s each) or `stress` tests; `make test` before a push
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
-	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow and not stress" --durations=10
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -p no:cacheprovider $(XDIST) -m "not slow and not stress" --durations=10
 
-# the long fault, load and adversarial suites; counts are printed (-s)
+# the long fault, load and adversarial suites; counts are printed (-s). One process: their latency
+# bounds assume the machine to themselves, and xdist workers would swallow the printed counts.
 stress: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -s -p no:cacheprovider -m stress --durations=15; \
 	  rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]  # 5: no stress tests collected
