@@ -1,8 +1,11 @@
 """Greedy validation on held-out tasks: the env's last `eval_episodes` tasks, which training never
 draws, one episode each at T = 0, split over ranks; logged as `eval/*` means over all of them.
 
+The tail is held out whether or not validation runs (`eval_every: 0`), because `evaluate`,
+`compare` and the quickstart score a run's model on those tasks afterwards:
+
     >>> from types import SimpleNamespace
-    >>> held_out_tasks(10, SimpleNamespace(eval_every=5, eval_episodes=3, env="AgentMath-v0"))
+    >>> held_out_tasks(10, SimpleNamespace(eval_every=0, eval_episodes=3, env="AgentMath-v0"))
     [7, 8, 9]
 """
 
@@ -18,12 +21,12 @@ from algorithms.core.ranks import Ranks
 
 
 def held_out_tasks(num_tasks: int, cfg: Any) -> list[int]:
-    """The task indices validation keeps for itself (none when validation is off)."""
-    held_out = cfg.eval_episodes if cfg.eval_every else 0
+    """The task indices training never draws: the env's last `eval_episodes` (none when it is 0)."""
+    held_out = cfg.eval_episodes
     if num_tasks <= held_out:
         raise ValueError(
             f"config field 'eval_episodes': env {cfg.env} has {num_tasks} tasks, too few to hold "
-            f"out {held_out} for validation and train on the rest; lower eval_episodes"
+            f"out {held_out} from training and train on the rest; lower eval_episodes"
         )
     return list(range(num_tasks - held_out, num_tasks))
 

@@ -124,6 +124,8 @@ class Learner:
         self.producer: AsyncRollout | None = None  # the rollout thread while an async run trains
         num_tasks = len(self.env_factory().tasks)
         self.eval_tasks = held_out_tasks(num_tasks, cfg)
+        # every prompt draw (sync, the async producer, DAPO's rounds, tree rollouts) comes from this
+        # sampler, whose indices stop before the held-out tail that evaluations score on
         self.sampler = PromptSampler(num_tasks - len(self.eval_tasks), cfg.seed)
         self.step = 0
         if cfg.max_staleness:

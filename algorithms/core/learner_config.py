@@ -134,9 +134,12 @@ class LearnerConfig:
     wandb_project: str = option("agent-envs", "Weights & Biases project")
     progress: bool = option(True, "show a progress bar")
     save_trajectories: bool = option(False, "write each step's trajectories to <output_dir>/trajectories/")
-    # validation: greedy, one episode per held-out task, logged as eval/* metrics
+    # held-out tasks (never drawn for training) and validation on them: greedy, one episode each, eval/*
     eval_every: int = option(0, "RL steps between greedy validations (0: off)")
-    eval_episodes: int = option(32, "the env's last tasks, held out from training draws")
+    eval_episodes: int = option(
+        32, "the env's last tasks, never drawn for training (also with eval_every: 0) and validated on; "
+        "0 holds nothing out (only with eval_every: 0)"
+    )
     export_model: bool = option(True, "save_pretrained the final policy to <output_dir>/final_model")
 
     def validate(self) -> None:
@@ -176,7 +179,9 @@ class LearnerConfig:
         need(self.rollout_source == "envs" or (self.engine == "hf" and not self.max_staleness), "rollout_source",
              "gateway sessions are sampled by the learner's own module: it needs engine: hf and max_staleness: 0")
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
-        need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes", "must be >= 1")
+        need(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
+        need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes",
+             f"must be >= 1 when validation is on (eval_every={self.eval_every})")
         choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
         # the engine samples from the truncated distribution, but `forward` recomputes log-probs
         # of the full softmax at T: the PPO ratio and IS weights are then biased

@@ -5,7 +5,8 @@
     agent-envs compare --report-only runs/compare        # rebuild table and plots, no training
 
 Each (algorithm, seed) trains from `--config` (default `configs/{algo}_tiny.yaml`; `{algo}` is
-filled in) with the shared `key=value` overrides plus `seed`, `output_dir` and `threads`; then
+filled in) with the shared `key=value` overrides plus `seed`, `output_dir`, `threads` and
+`eval_episodes` (= `--eval-tasks`, so training never draws the tasks it is scored on); then
 its final model is evaluated on the env's last `--eval-tasks` tasks twice: greedily, and with
 `--eval-samples` samples per task at the run's own training sampling setup (temperature, top_p,
 top_k), i.e. the policy that was trained.
@@ -47,6 +48,9 @@ from baselines.comparison.report import MANIFEST, RUN_RESULT, write_report
 CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 # the per-step metrics kept in result.json for the curves
 CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
+# the env_kwargs that pick the task set, in place of the world; the others (reward, prompt, tool
+# limits) leave the tasks as they are
+TASK_KWARGS = ("data_files", "benchmark", "split", "tasks")
 
 
 @dataclass
@@ -80,13 +84,45 @@ def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None) -> t
 
 
 def spec_config(spec: RunSpec) -> Any:
-    """The learner config of one run: its preset, the shared overrides, then seed, folder, threads."""
+    """The learner config of one run: its preset, the shared overrides, then seed, folder, threads
+    and the held-out tail, which is exactly the tasks the run is evaluated on."""
     from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
 
     return build_config(learner_class(spec.algo).config_class, find_preset(spec.config.format(algo=spec.algo)),
                         [*spec.overrides, f"seed={spec.seed}", f"output_dir={spec.run_dir}",
-                         f"threads={spec.threads}"])
+                         f"threads={spec.threads}", f"eval_episodes={spec.eval_tasks}"])
+
+
+def check_eval_episodes(overrides: list[str], eval_tasks: int) -> None:
+    """Refuse an `eval_episodes` override that differs from `--eval-tasks`: the runs would train on
+    tasks they are scored on, or hold out tasks nobody scores."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.strip() == "eval_episodes" and value.strip() != str(eval_tasks):
+            raise UserError(f"compare: override {item!r}: every run holds out exactly its evaluation tasks; "
+                            f"set --eval-tasks instead (now {eval_tasks})")
+
+
+def task_source(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What picks an env's tasks: its data settings when it has any, else its world's settings."""
+    given = {k: env_kwargs[k] for k in TASK_KWARGS if env_kwargs.get(k) is not None}
+    return given or {"world": env_kwargs.get("world")}
+
+
+def sft_warning(cfg: Any, num_tasks: int, eval_tasks: int) -> str | None:
+    """A warning when the runs' starting model came from an SFT run whose gold-trace tasks reach
+    the evaluation tasks (same env and task set), so the scores would include trained-on tasks."""
+    from baselines.evaluation.plan import find_run_config, sft_overlap
+
+    path = find_run_config(cfg.model)
+    if path is None:
+        return None
+    run = json.loads(path.read_text())
+    if run.get("env") != cfg.env or task_source(run.get("env_kwargs") or {}) != task_source(cfg.env_kwargs):
+        return None
+    problem = sft_overlap(run, num_tasks, num_tasks - eval_tasks)
+    return f"the model's SFT run {path}: {problem}, or lower --eval-tasks" if problem else None
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -183,6 +219,7 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
 
     if not algos or not seeds:
         raise ValueError("compare: --algos and --seeds each need at least one entry")
+    check_eval_episodes(overrides, eval_tasks)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     order = [(a, s) for a in algos for s in seeds]
@@ -192,12 +229,19 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     # a bad key, preset or data file of the last run must not surface after the first runs trained
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
 
-    checked = set()
+    checked, warned = set(), set()
     for spec in specs:
         try:
             cfg = spec_config(spec)
             if spec.algo not in checked:
-                preflight_learner(cfg)
+                num_tasks = preflight_learner(cfg)
+                if num_tasks <= eval_tasks:
+                    raise ValueError(f"config field '--eval-tasks': env {cfg.env} has {num_tasks} tasks, too few to "
+                                     f"hold out {eval_tasks} for evaluation and train on the rest; lower --eval-tasks")
+                warning = sft_warning(cfg, num_tasks, eval_tasks)
+                if warning and warning not in warned:
+                    print(f"compare: warning: {warning}", file=sys.stderr, flush=True)
+                    warned.add(warning)
                 checked.add(spec.algo)
         except USER_ERRORS as exc:  # the message names the key, file and line: no traceback needed
             raise SystemExit(f"compare: {spec.algo} seed {spec.seed}: {type(exc).__name__}: {exc}") from exc
@@ -241,7 +285,8 @@ class CompareConfig:
     seeds: tuple[int, ...] = option((0, 1, 2), "seeds: each algorithm trains once per seed")
     config: str = option(str(CONFIGS / "{algo}_tiny.yaml"), "preset of each run; {algo} is filled in")
     out: str = option("runs/compare", "folder of the runs, the table and the plots")
-    eval_tasks: int = option(64, "evaluation tasks: the env's last N (held out from training)")
+    eval_tasks: int = option(64, "evaluation tasks: the env's last N, held out of every run's training "
+                             "(its eval_episodes)")
     eval_samples: int = option(4, "samples per task at the run's training sampling setup")
     jobs: int | None = option(None, f"runs at once (null: one per core, {available_cores()} here)")
     report_only: str | None = option(None, "rebuild the table and plots of this existing --out folder; train nothing")
@@ -289,4 +334,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["CompareConfig", "RunSpec", "add_cli", "plan_parallelism", "run_compare", "run_one", "spec_config"]
+__all__ = ["CompareConfig", "RunSpec", "add_cli", "check_eval_episodes", "plan_parallelism", "run_compare", "run_one",
+           "sft_warning", "spec_config"]

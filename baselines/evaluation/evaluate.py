@@ -16,7 +16,8 @@ kwargs, tool limits, model, engine, sampling, prompting baseline) into `--out`.
 pass@1 is the mean over the n samples of each task; pass@k uses the unbiased estimator;
 `correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it.
 Given a run's model folder, the run's env, env_kwargs and sampling are used, and tasks default to
-held-out ones (`plan.py` says which and why); the choice is printed before the run starts.
+held-out ones: the run's last `eval_episodes` tasks, which its training never drew (`plan.py` says
+which and why); the choice is printed before the run starts.
 
 `--record DIR` also keeps every tool result (`tools.jsonl`) and judge verdict (`judge.jsonl`) with
 the seeds; `--replay DIR` re-runs that evaluation with those answers instead of the tools and the
@@ -76,7 +77,8 @@ class EvalConfig:
     n: int = option(1, "samples per task")
     ks: tuple[int, ...] = option((1,), "k values of pass@k, e.g. 1,4 (each <= n)")
     limit: int | None = option(100, "number of tasks (0 or null: all)")
-    first_task: int | None = option(None, "first task index (null: held-out tasks, the env's last `limit`)")
+    first_task: int | None = option(None, "first task index (null: held-out tasks: the run's last eval_episodes, "
+                                    "else the env's last `limit`)")
     temperature: float | None = option(None, "sampling temperature (null: the run's; without a run, greedy "
                                        "when n == 1, else 0.6); 0 is greedy")
     top_p: float | None = option(None, "nucleus mass (null: the run's, else 0.95)")
@@ -139,7 +141,11 @@ def resolve(cfg: EvalConfig, engine: Any = None) -> tuple[EvalConfig, Any, list[
         sources.update(top_p="greedy", top_k="greedy")
     resolved = dataclasses.replace(cfg, env=env, env_kwargs=env_kwargs, **sampling)
     probe = check_eval_inputs(resolved, engine)
-    first, count, why = held_out_range(probe.tasks, resolved.limit, resolved.first_task)
+    # the run's tail only describes the tasks it trained around when the env is the run's own
+    run_held_out = run.get("eval_episodes") if same_env else None
+    first, count, why = held_out_range(probe.tasks, resolved.limit, resolved.first_task, run_held_out)
+    if run_held_out and resolved.first_task is None:
+        why += f" ({run_from['eval_episodes']})"
     resolved = dataclasses.replace(resolved, first_task=first, limit=count)
     show = ", ".join(f"{k}={sampling[k]} ({sources[k]})" for k in SAMPLING_KEYS)
     lines = [f"env {env} ({sources['env']})",

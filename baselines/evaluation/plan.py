@@ -5,9 +5,11 @@ A run's model folder (`<output_dir>/final_model`) sits beside the run's resolved
 (written by the learner and by SFT). Evaluating that model means evaluating it where it was
 trained: the run's env, its `env_kwargs` (system prompt, world settings, tool limits) and its
 sampling setup (temperature, top_p, top_k, response budget) are taken from there unless the
-command line sets them. Tasks default to held-out ones: the last `limit` tasks of a procedural
-world (the tail of the index range, which the learner's `eval_episodes` holds out and SFT's first
-tasks never reach); a benchmark or data file is its own evaluation set and starts at its first task.
+command line sets them. Tasks default to held-out ones: when the run's config has `eval_episodes`,
+the run's own held-out tail (its last `eval_episodes` tasks, which the learner never draws and SFT's
+first tasks never reach), for worlds and files alike; without a run, the last `limit` tasks of a
+procedural world, while a benchmark or data file is its own evaluation set and starts at its first
+task.
 
     >>> import json, pathlib, tempfile
     >>> run = pathlib.Path(tempfile.mkdtemp())
@@ -56,7 +58,8 @@ def _is_run_config(path: Path) -> bool:
 
 
 def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """(settings, source of each) that the run behind `model` fixes: env, env_kwargs, sampling.
+    """(settings, source of each) that the run behind `model` fixes: env, env_kwargs, sampling,
+    and `eval_episodes`, the count of the env's last tasks it held out of training.
 
     SFT runs have no sampling setup; their greedy evaluation budget is kept as the response
     budget. Empty when `model` is not a run's model."""
@@ -74,20 +77,31 @@ def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
             settings[key] = data[key]
     if "max_response_tokens" not in settings and "eval_max_response_tokens" in data:
         settings["max_response_tokens"] = data["eval_max_response_tokens"]  # SFT
+    held_out = data.get("eval_episodes")
+    if held_out is not None:
+        if not isinstance(held_out, int) or isinstance(held_out, bool) or held_out < 0:
+            raise UserError(f"{path}: field 'eval_episodes' = {held_out!r} is not a task count >= 0; "
+                            "fix it or pass --first-task")
+        settings["eval_episodes"] = held_out
     return settings, dict.fromkeys(settings, where)
 
 
-def held_out_range(tasks: Any, limit: int | None, first_task: int | None) -> tuple[int, int, str]:
+def held_out_range(tasks: Any, limit: int | None, first_task: int | None,
+                   run_held_out: int | None = None) -> tuple[int, int, str]:
     """(first index, count, why) of the tasks to evaluate.
 
-    Without `first_task`: a procedural world's last `limit` tasks (held out from training), or a
-    benchmark's / data file's first `limit` tasks (the file is the evaluation set).
+    Without `first_task`: the last `run_held_out` tasks when the model's run held that many out
+    of training (at most `limit` of them, from the end); else a procedural world's last `limit`
+    tasks (held out from training), or a benchmark's / data file's first `limit` tasks (the file is
+    the evaluation set).
 
         >>> from agent_envs.worlds import make_world
         >>> held_out_range(make_world("arithmetic", size=1000), 100, None)
         (900, 100, 'the last 100 of 1000 (held out: training draws start at task 0)')
         >>> held_out_range(range(30), 100, None)
         (0, 30, 'the first 30 of 30 (a benchmark or data file: the evaluation set itself)')
+        >>> held_out_range(range(20), 100, None, run_held_out=5)
+        (15, 5, "the last 5 of 20 (the run's held-out tasks: eval_episodes=5)")
         >>> held_out_range(range(10), None, 4)
         (4, 6, 'from task 4 (command line)')
     """
@@ -99,6 +113,10 @@ def held_out_range(tasks: Any, limit: int | None, first_task: int | None) -> tup
             raise UserError(f"the env has {total} tasks; first_task={first_task} leaves none to evaluate")
         count = total - first_task if limit is None else min(limit, total - first_task)
         return first_task, count, f"from task {first_task} (command line)"
+    if run_held_out:
+        count = min(run_held_out, total) if limit is None else min(limit, run_held_out, total)
+        return total - count, count, (f"the last {count} of {total} (the run's held-out tasks: "
+                                      f"eval_episodes={run_held_out})")
     count = total if limit is None else min(limit, total)
     if isinstance(tasks, World):
         if count == total:
@@ -107,4 +125,23 @@ def held_out_range(tasks: Any, limit: int | None, first_task: int | None) -> tup
     return 0, count, f"the first {count} of {total} (a benchmark or data file: the evaluation set itself)"
 
 
-__all__ = ["DEFAULT_SAMPLING", "RUN_CONFIG", "SAMPLING_KEYS", "find_run_config", "held_out_range", "run_settings"]
+def sft_overlap(run: dict[str, Any], num_tasks: int, first_eval: int) -> str | None:
+    """What is wrong when an SFT config's gold-trace tasks (0..n-1, n = min(num_examples,
+    tasks - eval_episodes)) reach the evaluation tasks `first_eval`..; None when they do not.
+
+        >>> sft_overlap({"algo": "sft", "num_examples": 4000, "eval_episodes": 0}, 100000, 99936) is None
+        True
+        >>> sft_overlap({"algo": "sft", "num_examples": 18, "eval_episodes": 0}, 20, 15)
+        'SFT trained on tasks 0-17, which reach the evaluation tasks 15-19; lower its num_examples to 15'
+    """
+    if run.get("algo") != "sft" or run.get("data"):  # an episodes file is no env task
+        return None
+    trained = min(int(run.get("num_examples", 0)), num_tasks - int(run.get("eval_episodes") or 0))
+    if trained <= first_eval:
+        return None
+    return (f"SFT trained on tasks 0-{trained - 1}, which reach the evaluation tasks {first_eval}-{num_tasks - 1}; "
+            f"lower its num_examples to {first_eval}")
+
+
+__all__ = ["DEFAULT_SAMPLING", "RUN_CONFIG", "SAMPLING_KEYS", "find_run_config", "held_out_range", "run_settings",
+           "sft_overlap"]

@@ -46,7 +46,7 @@ def build_ours(model_path: str, out: str):
     cfg = LearnerConfig(
         model=model_path, output_dir=out, prompts_per_step=B, group_size=G, max_response_tokens=L,
         micro_batch_size=B * G, lr=1e-6, total_steps=10_000, progress=False, tensorboard=False,
-        export_model=False, log_entropy=False,
+        export_model=False, log_entropy=False, eval_episodes=0,  # 6 questions: none to hold out
     )  # fmt: skip
     holder = {}
 
