@@ -95,7 +95,9 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                            + ([f"steps={sft_steps}"] if sft_steps else []))
     cls = learner_class(algo)
     # the run keeps its trajectories, so `agent-envs view` and `analyze` work on it as it is
-    rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}", "save_trajectories=true"] + (
+    # the tasks it is scored on stay out of the RL run's draws
+    rl_overrides = [f"output_dir={root / algo}", "save_every=0", f"seed={seed}", "save_trajectories=true",
+                    f"eval_episodes={eval_tasks}"] + (
         [f"total_steps={rl_steps}"] if rl_steps else [])
     rl_cfg = build_config(cls.config_class, rl_preset, rl_overrides)
     # held-out tasks: the end of the world's index range (SFT trains on the start, RL samples uniformly)

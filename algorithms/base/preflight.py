@@ -98,7 +98,7 @@ def preflight_learner(cfg: Any) -> int:
     check_model(cfg.model)
     check_engine(cfg.engine)
     tasks = len(check_env(cfg.env, cfg.env_kwargs).tasks)
-    held_out = cfg.eval_episodes if cfg.eval_every else 0
+    held_out = cfg.eval_episodes  # kept out of training draws whether or not validation runs
     if tasks <= held_out:
         raise ValueError(
             f"config field 'eval_episodes': env {cfg.env} has {tasks} tasks, too few to hold out "
