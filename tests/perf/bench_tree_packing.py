@@ -1,7 +1,7 @@
 """Learner step on ARPO batches: `packing: tree` against flat, on the same batches, in one process.
 
     OMP_NUM_THREADS=1 python tests/perf/bench_tree_packing.py [--batches 4] [--rounds 3]
-        [--model DIR] [--micro-batch-size 16] [--budget 192]
+        [--model DIR] [--micro-batch-size 16] [--budget 192] [--env-kwargs JSON] [--lora-r 16]
 
 An ARPO learner (the tiny warmed model by default, AgentMath-v0 with the python sandbox, M = 8
 trajectories per prompt from N = 2 initial paths with Z = 2, 2 prompts per step) rolls out
@@ -11,7 +11,14 @@ every trajectory computed, as with several processes), A' = flat with each promp
 through its KV cache (the single-process default), B = `packing: tree` (prompts and fork prefixes
 once). The time is the learner step without the rollout (forward, backward, optimizer step).
 Printed: the median step time of each, B/A and B/A', and `tree_token_ratio` (packed ÷ flat
-tokens). One thread.
+tokens). One thread. A `--model` other than the tiny one reads the env's own system prompt (the
+tiny model's warm-up prompt is for the tiny model only); `--env-kwargs` and `--lora-r` give the
+env and adapters its run used, e.g. for the SmolLM2 SFT checkpoint (configs/base/smollm2.yaml;
+micro-batches of 8, as there: 16 took 12 GB and met the out-of-memory killer):
+
+    OMP_NUM_THREADS=1 python tests/perf/bench_tree_packing.py --model runs/sft_smollm2/final_model \\
+        --batches 2 --rounds 2 --budget 128 --lora-r 16 --micro-batch-size 8 \\
+        --env-kwargs '{"world": {"easy_fraction": 0.25, "teacher_shortcut": 0.4, "teacher_needless_tool": 0.2}}'
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
+import json  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -35,6 +43,7 @@ def main() -> None:
     from algorithms.core.batch import RolloutBatch, minibatch_rows
     from algorithms.core.logprobs import frozen_logprobs
     from algorithms.core.tree_packing import TreePacker
+    from algorithms.models.lora import LoRAConfig
     from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT, build_tiny_model
     from algorithms.rollout.tree_config import TreeConfig
 
@@ -44,10 +53,17 @@ def main() -> None:
     p.add_argument("--model", default=None, help="default: the warmed tiny model")
     p.add_argument("--micro-batch-size", type=int, default=16)
     p.add_argument("--budget", type=int, default=192, help="response tokens per episode")
+    p.add_argument("--env-kwargs", type=json.loads, default=None,
+                   help="JSON keyword arguments of the env (default: the tiny model's warm-up system prompt)")
+    p.add_argument("--lora-r", type=int, default=0, help="train LoRA adapters of this rank (0: full model)")
     args = p.parse_args()
     torch.set_num_threads(1)
     model = args.model or str(build_tiny_model(seed=0, warmup_steps=150))
-    cfg = ARPOConfig(model=model, env="AgentMath-v0", env_kwargs={"system_prompt": WARMUP_SYSTEM_PROMPT},
+    env_kwargs = args.env_kwargs
+    if env_kwargs is None:
+        env_kwargs = {} if args.model else {"system_prompt": WARMUP_SYSTEM_PROMPT}
+    cfg = ARPOConfig(model=model, env="AgentMath-v0", env_kwargs=env_kwargs,
+                     lora=LoRAConfig(enabled=args.lora_r > 0, r=max(args.lora_r, 1)),
                      engine="hf", prompts_per_step=2, group_size=8, max_response_tokens=args.budget,
                      micro_batch_size=args.micro_batch_size, tree=TreeConfig(initial_rollouts=2, beam_size=2),
                      output_dir=tempfile.mkdtemp(), progress=False, tensorboard=False, threads=1,
