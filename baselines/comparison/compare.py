@@ -3,6 +3,7 @@
     agent-envs compare --algos grpo,dapo,arpo,aepo --seeds 0,1,2 --out runs/compare \\
         model=runs/quickstart/sft/final_model total_steps=100
     agent-envs compare --report-only runs/compare        # rebuild table and plots, no training
+    agent-envs compare ... --resume      # after a stop: finished runs are kept, the others resume
 
 Each (algorithm, seed) trains from `--config` (default `configs/{algo}_tiny.yaml`; `{algo}` is
 filled in) with the shared `key=value` overrides plus `seed`, `output_dir`, `threads` and
@@ -14,6 +15,11 @@ top_k), i.e. the policy that was trained.
 Runs go to `--jobs` worker processes at once (default: one per core, at most one per run); each
 worker gets cores / jobs torch threads so that parallel runs do not oversubscribe the CPU, and
 writes its output to `<out>/<algo>-<seed>/log.txt`.
+
+`--resume` carries a comparison across stops (a long one on a small machine takes days): runs
+that wrote their `result.json` are kept as they are, and every other run continues from its
+newest checkpoint (`save_every` sets how often a run writes one; resumption is exact), or starts
+if it has none. With `total_steps` lowered below a run's checkpoint, the run stops there.
 
 Written to `--out`: `compare.json` (what was asked), `<algo>-<seed>/result.json` (the raw numbers
 of one run, curves included), and from those `results.md`, `results.json` and `results.png`
@@ -66,6 +72,7 @@ class RunSpec:
     eval_samples: int = 4
     threads: int = 1
     log_to_file: bool = False
+    resume: bool = False
 
 
 def available_cores() -> int:
@@ -135,11 +142,13 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     from baselines.evaluation.evaluate import EvalConfig, evaluate, make_engine
 
     run_dir = Path(spec.run_dir)
+    if spec.resume and (run_dir / RUN_RESULT).is_file():
+        return json.loads((run_dir / RUN_RESULT).read_text())
     (run_dir / RUN_RESULT).unlink(missing_ok=True)  # a failed rerun must not leave an old result behind
     cls = learner_class(spec.algo)
     cfg = spec_config(spec)
     t0 = time.perf_counter()
-    cls(cfg).train()
+    cls(cfg).train(resume="auto" if spec.resume else None)
     train_s = time.perf_counter() - t0
     metrics = read_metrics(run_dir)
 
@@ -204,7 +213,7 @@ def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if spec.log_to_file:  # parallel runs would interleave their progress output on one terminal
-        log = open(run_dir / "log.txt", "w")  # noqa: SIM115  (kept open for the process's lifetime)
+        log = open(run_dir / "log.txt", "a" if spec.resume else "w")  # noqa: SIM115  (open for the process's life)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(log.fileno(), 1)
@@ -213,7 +222,8 @@ def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
 
 
 def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overrides: list[str],
-                eval_tasks: int = 64, eval_samples: int = 4, jobs: int | None = None) -> dict[str, Any]:
+                eval_tasks: int = 64, eval_samples: int = 4, jobs: int | None = None,
+                resume: bool = False) -> dict[str, Any]:
     """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report."""
     import multiprocessing
 
@@ -225,7 +235,7 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     order = [(a, s) for a in algos for s in seeds]
     jobs, threads = plan_parallelism(len(order), jobs)
     specs = [RunSpec(a, s, config, list(overrides), str(root / f"{a}-{s}"), eval_tasks, eval_samples, threads,
-                     log_to_file=jobs > 1) for a, s in order]  # fmt: skip
+                     log_to_file=jobs > 1, resume=resume) for a, s in order]  # fmt: skip
     # a bad key, preset or data file of the last run must not surface after the first runs trained
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
 
@@ -290,6 +300,8 @@ class CompareConfig:
     eval_samples: int = option(4, "samples per task at the run's training sampling setup")
     jobs: int | None = option(None, f"runs at once (null: one per core, {available_cores()} here)")
     report_only: str | None = option(None, "rebuild the table and plots of this existing --out folder; train nothing")
+    resume: bool = option(False, "keep the runs of --out that finished; the others resume from their newest "
+                          "checkpoint (save_every)")
 
     def validate(self) -> None:
         from algorithms.cli import ALGORITHMS
@@ -330,7 +342,7 @@ def _run(args: argparse.Namespace) -> int:
         print((folder / "results.md").read_text())
         return 0
     run_compare(list(cfg.algos), list(cfg.seeds), cfg.out, cfg.config, args.overrides, cfg.eval_tasks,
-                cfg.eval_samples, cfg.jobs)
+                cfg.eval_samples, cfg.jobs, cfg.resume)
     return 0
 
 

@@ -142,3 +142,27 @@ def test_compare_two_algorithms_two_seeds(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", "--report-only", str(out)]) == 2  # a user error: one line, exit status 2
     assert "arpo-1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resume_keeps_finished_runs_and_continues_the_others(tmp_path, capsys):
+    from algorithms.models.tiny import build_tiny_model
+
+    out = tmp_path / "cmp"
+    args = ["compare", "--algos", "grpo", "--seeds", "0,1", "--out", str(out), "--eval-tasks", "2",
+            "--eval-samples", "1", "--jobs", "1", f"model={build_tiny_model(warmup_steps=150)}",
+            "prompts_per_step=2", "group_size=2", "max_response_tokens=16", "save_every=1",
+            "progress=false", "tensorboard=false"]  # fmt: skip
+    assert main([*args, "total_steps=1"]) == 0
+    kept = (out / "grpo-0" / "result.json").read_text()
+    # seed 1 stopped after its first checkpoint, before its evaluation wrote a result
+    (out / "grpo-1" / "result.json").unlink()
+    capsys.readouterr()
+    assert main([*args, "total_steps=2", "--resume", "true"]) == 0
+    assert capsys.readouterr().out.count("resumed from") == 1
+    assert (out / "grpo-0" / "result.json").read_text() == kept  # finished: not trained again
+    resumed = json.loads((out / "grpo-1" / "result.json").read_text())
+    assert [c["step"] for c in resumed["curve"]] == [1, 2]  # step 1 from the first call, step 2 resumed
+    assert (out / "grpo-1" / "checkpoints" / "step_00000002").is_dir()
+    summary = json.loads((out / "results.json").read_text())
+    assert sorted(r["seed"] for r in summary["per_run"]) == [0, 1]
