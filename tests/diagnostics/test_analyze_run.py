@@ -17,6 +17,9 @@ from algorithms.rollout.trajectory import read_jsonl
 REPO = Path(__file__).resolve().parents[2]
 WARMUP_STEPS = 150  # the tiny model then writes tool calls, so there are tool results to look at
 ALGOS = ("grpo", "arpo")
+# the seed of every run: its draws include tasks the warmed-up model calls the tool on, in both
+# steps of both algorithms (the entropy checks need tool results), and ARPO forks after one
+SEED = 2
 AT_0 = 10  # index of offset 0 in the curves of the default window, -10..30
 
 
@@ -32,7 +35,7 @@ def comparison(tmp_path_factory) -> Path:
                  "max_response_tokens=96", "save_trajectories=true", "progress=false", "tensorboard=false"]
     # what `compare --jobs 1` runs for each (algorithm, seed), on one thread
     for algo in ALGOS:
-        run_one(RunSpec(algo, 0, str(REPO / "configs" / "{algo}_tiny.yaml"), overrides, str(out / f"{algo}-0"),
+        run_one(RunSpec(algo, SEED, str(REPO / "configs" / "{algo}_tiny.yaml"), overrides, str(out / f"{algo}-{SEED}"),
                         eval_tasks=3, eval_samples=2, threads=1))  # fmt: skip
     return out
 
@@ -53,17 +56,17 @@ def test_cli_analyses_a_comparison_folder(comparison, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "agent_envs.cli", "analyze", str(comparison), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "analyze: grpo-0: step 2/2 read" in proc.stderr  # progress of the reads
+    assert f"analyze: grpo-{SEED}: step 2/2 read" in proc.stderr  # progress of the reads
     summary = json.loads((out / "summary.json").read_text())
     runs = {r["run"]: r for r in summary["runs"]}
-    assert set(runs) == {f"{a}-0{e}" for a in ALGOS for e in ("", "/eval_greedy", "/eval_sampled")}
+    assert set(runs) == {f"{a}-{SEED}{e}" for a in ALGOS for e in ("", "/eval_greedy", "/eval_sampled")}
     for name in ("entropy_by_offset.png", "tool_calls.png", "branches.png", "reward_components.png", "pca.png"):
         assert name in summary["figures"] and (out / name).stat().st_size > 5000, name
 
     for algo in ALGOS:
-        files = sorted((comparison / f"{algo}-0" / "trajectories").glob("step_*.jsonl"))
+        files = sorted((comparison / f"{algo}-{SEED}" / "trajectories").glob("step_*.jsonl"))
         trajs = [t for f in files for t in read_jsonl(f)]
-        row = runs[f"{algo}-0"]
+        row = runs[f"{algo}-{SEED}"]
         assert len(files) == row["steps"] == 2 and row["trajectories"] == len(trajs) == 2 * 8
         assert row["tool_calls"] == pytest.approx(sum(t.tool_calls for t in trajs) / len(trajs))
         assert row["reward"] == pytest.approx(sum(t.reward for t in trajs) / len(trajs))
@@ -81,11 +84,11 @@ def test_cli_analyses_a_comparison_folder(comparison, tmp_path):
         forks = sum(t.parent_id is not None for t in trajs)
         assert row["forks_per_prompt"] == pytest.approx(forks / 2)  # one prompt per step
         # the evaluation's episodes, from the trajectories.jsonl that evaluate writes beside samples.jsonl
-        samples = [json.loads(line) for line in (comparison / f"{algo}-0" / "eval_sampled" / "samples.jsonl").open()]
-        sampled = runs[f"{algo}-0/eval_sampled"]
+        samples = [json.loads(line) for line in (comparison / f"{algo}-{SEED}" / "eval_sampled" / "samples.jsonl").open()]
+        sampled = runs[f"{algo}-{SEED}/eval_sampled"]
         assert sampled["trajectories"] == len(samples) == 3 * 2
         assert sampled["tool_calls"] == pytest.approx(sum(s["tool_calls"] for s in samples) / len(samples))
         # the table shows the same numbers
-        assert f"| {algo}-0 | {algo} | 2 | 16 | {row['reward']:.3f} |" in (out / "summary.md").read_text()
-    assert runs["arpo-0"]["max_depth"] >= 1 and runs["grpo-0"]["forks_per_prompt"] == 0
+        assert f"| {algo}-{SEED} | {algo} | 2 | 16 | {row['reward']:.3f} |" in (out / "summary.md").read_text()
+    assert runs[f"arpo-{SEED}"]["max_depth"] >= 1 and runs[f"grpo-{SEED}"]["forks_per_prompt"] == 0
     assert summary["pca"]["points"] == len(summary["pca"]["xy"]) == 2 * (16 + 3 + 6)

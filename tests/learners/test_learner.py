@@ -106,8 +106,14 @@ def test_prompt_sampler_epochs_and_state():
 
 def test_dapo_dynamic_sampling_fills_with_spread_groups(tmp_path):
     class Half(ScriptedDAPO):
-        # even tasks: every sample right (no spread: dropped); odd tasks: mixed
-        reward_of = staticmethod(lambda index, k: 1.0 if index % 2 == 0 else float(k % 2))
+        # even groups: every sample right (no spread: dropped); odd groups: mixed. By group id, not
+        # task index, so exactly half of every round is dropped whichever tasks are drawn
+        def rollout(self, draws):
+            trajs = scripted_trajectories(draws, self.config.group_size, lambda index, k: 0.0)
+            for i, t in enumerate(trajs):
+                t.reward = 1.0 if t.group_id % 2 == 0 else float(i % self.config.group_size % 2)
+                t.components["correct"] = float(t.reward > 0)
+            return trajs
 
     learner = Half(
         _cfg(DAPOConfig, output_dir=str(tmp_path), overlong_shaping=False, gen_batch_multiplier=1.0)
