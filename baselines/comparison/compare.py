@@ -151,6 +151,8 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     cls(cfg).train(resume="auto" if spec.resume else None)
     train_s = time.perf_counter() - t0
     metrics = read_metrics(run_dir)
+    if spec.resume:  # this call trained only the steps after the checkpoint: count every step's time
+        train_s = sum(float(m.get("time_step_s", 0.0)) for m in metrics if "step" in m) or train_s
 
     t0 = time.perf_counter()
     n_tasks = len(gym.make(cfg.env, **cfg.env_kwargs).unwrapped.tasks)

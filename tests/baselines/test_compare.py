@@ -163,6 +163,8 @@ def test_resume_keeps_finished_runs_and_continues_the_others(tmp_path, capsys):
     assert (out / "grpo-0" / "result.json").read_text() == kept  # finished: not trained again
     resumed = json.loads((out / "grpo-1" / "result.json").read_text())
     assert [c["step"] for c in resumed["curve"]] == [1, 2]  # step 1 from the first call, step 2 resumed
+    steps = [json.loads(line) for line in (out / "grpo-1" / "metrics.jsonl").read_text().splitlines()]
+    assert resumed["train_s"] == pytest.approx(sum(m["time_step_s"] for m in steps if "step" in m))
     assert (out / "grpo-1" / "checkpoints" / "step_00000002").is_dir()
     summary = json.loads((out / "results.json").read_text())
     assert sorted(r["seed"] for r in summary["per_run"]) == [0, 1]
