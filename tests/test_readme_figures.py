@@ -172,3 +172,15 @@ def _subcommands() -> frozenset[str]:
 @pytest.mark.parametrize("command", sorted(set(re.findall(r"`agent-envs ([a-z][a-z-]+)", README))))
 def test_commands_exist(command: str) -> None:
     assert command in _subcommands(), f"README names `agent-envs {command}`, which the CLI does not have"
+
+
+def test_real_model_summary_matches_its_page() -> None:
+    rows = {row["model"].split(" (")[0]: row for row in _table("docs/real-model.md", "model")}
+    sft, grpo, arpo, ratio = _find(
+        r"SFT ([\d.]+) held-out sampled accuracy, then ([\d.]+) after \d+ GRPO steps and ([\d.]+) after \d+\s+"
+        r"ARPO steps.*?ARPO running ([\d.]+)× GRPO's tool calls", README, "README's real-model summary").groups()
+    sampled = {name: _number(rows[name]["sampled"]) for name in ("SFT", "GRPO", "ARPO")}
+    assert [float(sft), float(grpo), float(arpo)] == [round(sampled[n], 2) for n in ("SFT", "GRPO", "ARPO")], (
+        f"README: {sft}, {grpo}, {arpo}; docs/real-model.md's sampled column: {sampled}")
+    calls = {n: _number(rows[n]["tool calls run / training trajectory"]) for n in ("GRPO", "ARPO")}
+    assert float(ratio) == round(calls["ARPO"] / calls["GRPO"], 2), (f"README: {ratio}×; page: {calls}")
