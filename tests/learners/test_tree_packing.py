@@ -1,5 +1,6 @@
 """Tree packing (the walk down each tree through cached keys and values) gives the flat
-computation's log-probs, loss and gradients (fp32, within 1e-5).
+computation's log-probs, loss and gradients (fp32, within 1e-5), with full fine-tuning and with
+LoRA adapters (then the gradients are the adapters').
 
 The model is the real tiny Qwen2 built locally; the trees are laid out the way the tree rollout
 records them (a fork's response before `branch_offset` is its parent's).
@@ -18,12 +19,22 @@ from algorithms.models.tiny import build_tiny_model
 from algorithms.rollout.trajectory import Trajectory
 
 
-@pytest.fixture(scope="module")
-def model():
+@pytest.fixture(scope="module", params=["full", "lora"])
+def model(request):
     from transformers import AutoModelForCausalLM
 
+    from algorithms.models.lora import LoRAConfig, wrap_lora
+
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=0), torch_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=0), torch_dtype=torch.float32)
+    if request.param == "full":
+        return base
+    lora = wrap_lora(base, LoRAConfig(enabled=True, r=4, alpha=8.0))
+    with torch.no_grad():  # B starts at zero, which would leave A's gradients zero: nothing to compare
+        for name, p in lora.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0.0, 0.02)
+    return lora
 
 
 def traj(prompt, response, group, tid, parent=None, offset=None):
@@ -71,7 +82,7 @@ def check_equal(model, trajs):
     for tree_lp, tree_loss, tree_g in results[1:]:
         assert torch.allclose(flat_lp, tree_lp, atol=1e-5), (flat_lp - tree_lp).abs().max()
         assert abs(flat_loss - tree_loss) < 1e-5
-        assert flat_g.keys() == tree_g.keys()
+        assert flat_g and flat_g.keys() == tree_g.keys()
         for name in flat_g:
             assert torch.allclose(flat_g[name], tree_g[name], atol=1e-5), name
 
