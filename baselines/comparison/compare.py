@@ -29,6 +29,7 @@ of one run, curves included), and from those `results.md`, `results.json` and `r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -246,7 +247,8 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
         try:
             cfg = spec_config(spec)
             if spec.algo not in checked:
-                num_tasks = preflight_learner(cfg)
+                # the hold-out is checked here, against --eval-tasks, the flag a user of compare sets
+                num_tasks = preflight_learner(dataclasses.replace(cfg, eval_episodes=0))
                 if num_tasks <= eval_tasks:
                     raise ValueError(f"config field '--eval-tasks': env {cfg.env} has {num_tasks} tasks, too few to "
                                      f"hold out {eval_tasks} for evaluation and train on the rest; lower --eval-tasks")
