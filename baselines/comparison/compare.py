@@ -19,7 +19,8 @@ writes its output to `<out>/<algo>-<seed>/log.txt`.
 `--resume` carries a comparison across stops (a long one on a small machine takes days): runs
 that wrote their `result.json` are kept as they are, and every other run continues from its
 newest checkpoint (`save_every` sets how often a run writes one; resumption is exact), or starts
-if it has none. With `total_steps` lowered below a run's checkpoint, the run stops there.
+if it has none. A resumed run's `train_s` is the sum of its steps' times (`time_step_s`, model
+loading left out), since the call that finished it trained only the last steps.
 
 Written to `--out`: `compare.json` (what was asked), `<algo>-<seed>/result.json` (the raw numbers
 of one run, curves included), and from those `results.md`, `results.json` and `results.png`
