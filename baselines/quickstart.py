@@ -1,6 +1,6 @@
 """The CPU quickstart: a tiny model learns *when* to use a Python tool, end to end, offline.
 
-    agent-envs quickstart                    # about 5 minutes on 2 idle CPU cores
+    agent-envs quickstart                    # about 6 minutes on 2 CPU cores
     agent-envs quickstart --sft-steps 40 --rl-steps 4 --eval-tasks 16   # a smoke run
     agent-envs quickstart --model smollm2    # the same story on a real pretrained model, with LoRA
 
