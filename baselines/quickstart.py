@@ -33,7 +33,6 @@ from algorithms.base.presets import presets_dir
 
 CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 SAMPLES = 4  # samples per held-out task in the sampled evaluation
-MODELS = ("tiny", "smollm2")  # each has presets sft_<model>.yaml and <algo>_<model>.yaml
 
 
 def preset(model: str, algo: str) -> tuple[Path, Path]:
@@ -100,7 +99,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
                     f"eval_episodes={eval_tasks}"] + (
         [f"total_steps={rl_steps}"] if rl_steps else [])
     rl_cfg = build_config(cls.config_class, rl_preset, rl_overrides)
-    # held-out tasks: the end of the world's index range (SFT trains on the start, RL samples uniformly)
+    # held-out tasks: the end of the world's index range (SFT trains on the start, RL holds them out)
     tasks = gym.make(rl_cfg.env, **rl_cfg.env_kwargs).unwrapped.tasks
     first = len(tasks) - eval_tasks
     held_out = range(first, len(tasks))
