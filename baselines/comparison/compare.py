@@ -3,7 +3,7 @@
     agent-envs compare --algos grpo,dapo,arpo,aepo --seeds 0,1,2 --out runs/compare \\
         model=runs/quickstart/sft/final_model total_steps=100
     agent-envs compare --report-only runs/compare        # rebuild table and plots, no training
-    agent-envs compare ... --resume      # after a stop: finished runs are kept, the others resume
+    agent-envs compare ... --resume true # after a stop: finished runs are kept, the others resume
 
 Each (algorithm, seed) trains from `--config` (default `configs/{algo}_tiny.yaml`; `{algo}` is
 filled in) with the shared `key=value` overrides plus `seed`, `output_dir`, `threads` and
