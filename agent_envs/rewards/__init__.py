@@ -9,7 +9,7 @@
 
 from agent_envs.rewards.extract import extract_prediction, last_boxed
 from agent_envs.rewards.judge import JudgeNotConfigured, JudgeVerdict, LLMJudge
-from agent_envs.rewards.math import amath_reward, math_equal, math_reward
+from agent_envs.rewards.math import math_equal, math_reward
 from agent_envs.rewards.qa import normalize_answer, qa_reward, token_f1
 from agent_envs.rewards.recipe import RECIPES, RewardRecipe, correctness, make_reward
 
@@ -18,7 +18,6 @@ __all__ = [
     "JudgeNotConfigured",
     "JudgeVerdict",
     "LLMJudge",
-    "amath_reward",
     "math_equal",
     "RewardRecipe",
     "correctness",

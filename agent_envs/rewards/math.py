@@ -16,7 +16,6 @@ inside asyncio (no SIGALRM), and a pathological expression never hangs the calle
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from fractions import Fraction
@@ -333,25 +332,4 @@ def math_reward(
     except Exception as e:
         return _result(None, False, {"grader_error": f"extract: {type(e).__name__}: {e}"})
     ok, comps = math_equal(pred, golden_answers, timeout, rel_tol)
-    return _result(pred, ok, comps)
-
-
-async def amath_reward(
-    response: str,
-    golden_answers: list[str],
-    timeout: float = DEFAULT_TIMEOUT_S,
-    rel_tol: float = DEFAULT_REL_TOL,
-) -> RewardResult:
-    """`math_reward` for async code: cheap checks inline, the symbolic stage in a thread so the
-    event loop keeps running while a worker process computes."""
-    try:
-        pred = extract_prediction(response)
-        graded = pred is not None and not too_long(pred, golden_answers)
-        quick = [cheap_equal(pred, g, rel_tol) for g in golden_answers] if graded else []
-    except Exception as e:
-        return _result(None, False, {"grader_error": f"{type(e).__name__}: {e}"})
-    if not graded or True in quick or None not in quick:
-        ok, comps = math_equal(pred, golden_answers, timeout, rel_tol)
-        return _result(pred, ok, comps)
-    ok, comps = await asyncio.to_thread(math_equal, pred, golden_answers, timeout, rel_tol)
     return _result(pred, ok, comps)

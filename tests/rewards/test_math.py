@@ -7,13 +7,15 @@ pathological expression and checks that it is killed and reaped, from a thread a
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 
 import pytest
 
-from agent_envs.rewards import math_reward
-from agent_envs.rewards.math import amath_reward, cheap_equal, math_equal, normalize_math, parse_number
+from agent_envs.base.task import Task
+from agent_envs.rewards import make_reward, math_reward
+from agent_envs.rewards.math import cheap_equal, math_equal, normalize_math, parse_number
 from agent_envs.rewards.symbolic import default_pool
 
 # these tests check verdicts, not speed: a loaded CI machine must not turn a verdict into a timeout
@@ -177,13 +179,20 @@ async def test_async_grading_keeps_the_event_loop_running() -> None:
             await asyncio.sleep(0.01)
             ticks += 1
 
+    def graded(pred: str, gold: str, timeout: float = 30):
+        """What ToolEnv awaits: the recipe's grade, an awaitable when only the symbolic stage decides."""
+        task = Task(id=pred, question="?", answers=[gold], reward="math")
+        result = make_reward("binary", math_timeout=timeout).grade(task, wrap(pred), True, {})
+        return result if inspect.isawaitable(result) else asyncio.sleep(0, result)
+
     t = asyncio.create_task(ticker())
     slow, fast, cheap = await asyncio.gather(
-        amath_reward(wrap("(x+1)^{300}"), ["x^{300}+1"], timeout=0.3),
-        amath_reward(wrap("\\sqrt{8}"), ["2\\sqrt{2}"], timeout=30),
-        amath_reward(wrap("0.5"), ["\\frac12"]),
+        graded("(x+1)^{300}", "x^{300}+1", timeout=0.3),
+        graded("\\sqrt{8}", "2\\sqrt{2}"),
+        graded("0.5", "\\frac12"),
     )
     t.cancel()
     assert slow.components["math_method"] == "timeout"
     assert fast.score == 1.0 and cheap.score == 1.0
+    assert cheap.components["math_method"] == "cheap"  # decided inline, never sent to the worker
     assert ticks >= 10  # the loop ran while the worker computed
