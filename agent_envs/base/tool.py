@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -64,7 +65,8 @@ class Tool(ABC):
 
     Subclasses set `name` (the protocol tag / function name, e.g. ``python``), `argument` (the
     JSON argument name for function-calling protocols) and `description`, and implement `call`.
-    They may override `clean_argument`, `normalize` and `dedupe_repeats` (the tool's policy).
+    They may override `clean_argument`, `argument_text`, `normalize` and `dedupe_repeats` (the
+    tool's policy).
     `__call__` adds latency measurement and turns any exception into a failed result, so one
     buggy backend never takes down a rollout.
     """
@@ -91,6 +93,13 @@ class Tool(ABC):
         """The argument to call with, from the text the model wrote inside the call (already taken
         out of the protocol's tags or JSON). An empty result is an empty call."""
         return text.strip()
+
+    def argument_text(self, arguments: dict[str, Any]) -> str:
+        """The text a function call (JSON protocols) passes on, from its `arguments` object: our
+        tools take one string, so its lone value; several values as JSON; none as an empty call."""
+        if len(arguments) == 1:
+            return str(next(iter(arguments.values())))
+        return json.dumps(arguments) if arguments else ""
 
     def normalize(self, arg: str) -> str:
         """Canonical form of an argument, used for repeated-call detection and cache keys."""

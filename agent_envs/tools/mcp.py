@@ -345,6 +345,10 @@ class McpTool(Tool):
             "name": self.name, "description": self.full_description or self.description,
             "parameters": self.input_schema}}
 
+    def argument_text(self, arguments: dict[str, Any]) -> str:
+        # the whole object, even with one value or none: `arguments` reads it back
+        return json.dumps(arguments, ensure_ascii=False)
+
     def clean_argument(self, text: str) -> str:
         text = text.strip()
         # a tool with no required argument may be called with an empty body

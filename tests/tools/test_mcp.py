@@ -236,6 +236,41 @@ def test_bad_arguments_are_an_observation(ours):
     _continues(env)
 
 
+# A third-party server's tools need not take one string: none at all, or optional ones.
+CLOCK_SERVER = """
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("clock", log_level="WARNING")
+
+@server.tool()
+def tick() -> str:
+    return "tock"
+
+@server.tool()
+def greet(name: str, punctuation: str = "!") -> str:
+    return "hello " + name + punctuation
+
+server.run()
+"""
+
+
+def test_json_calls_of_tools_without_one_string_argument(tmp_path):
+    script = tmp_path / "clock_server.py"
+    script.write_text(CLOCK_SERVER)
+    with McpToolset([sys.executable, str(script)], timeout_s=20) as clock:
+        for protocol, calls in [
+            ("json", ['<tool_call>{"name": "tick", "arguments": {}}</tool_call>',
+                      '<tool_call>{"name": "greet", "arguments": {"name": "Ada"}}</tool_call>',
+                      '<tool_call>{"name": "greet", "arguments": {"name": "Ada", "punctuation": "?"}}</tool_call>']),
+            ("arpo", ["<tick></tick>", '<greet>{"name": "Ada"}</greet>',
+                      '<greet>{"name": "Ada", "punctuation": "?"}</greet>']),
+        ]:
+            env = ToolEnv([SIX_BY_SEVEN], clock.tools(), protocol=protocol)
+            env.reset(seed=0)
+            observations = [env.step(call)[0] for call in calls]
+            for obs, expected in zip(observations, ["tock", "hello Ada!", "hello Ada?"], strict=True):
+                assert expected in obs, (protocol, obs)
+
+
 @pytest.mark.slow
 def test_server_killed_mid_call_is_an_observation_and_restarts(tmp_path):
     pid_file = tmp_path / "server.pid"
@@ -342,7 +377,7 @@ def test_bare_and_json_forms_are_one_call(ours):
     python = ours.tools()[0]
     assert python.normalize('{"code": "print(1)"}') == python.normalize("print(1)") == '{"code": "print(1)"}'
     assert McpConnection("http://127.0.0.1:1/mcp").label == "http://127.0.0.1:1/mcp"
-    # a lone non-string argument, as the JSON protocol passes it on (JSON, or Python's str() of it)
+    # a lone non-string argument written bare (as JSON, or as Python's str() of it)
     mean = McpTool(ours.connection, "mean", input_schema={
         "type": "object", "properties": {"values": {"type": "array"}}, "required": ["values"]})
     assert mean.arguments("[1, 2]") == mean.arguments(str({"values": [1, 2]}["values"])) == {"values": [1, 2]}

@@ -98,13 +98,13 @@ class JsonToolCalls(Protocol):
             return ParsedAction("invalid", text, None, body, f"tool call 'name' must be a string, got {type(name).__name__}")
         if name not in by_name:
             return ParsedAction("invalid", text, str(name), body, f"unknown tool {name!r}; available: {', '.join(by_name)}")
-        if not isinstance(args, dict) or not args:
+        if not isinstance(args, dict):
             return ParsedAction("invalid", text, name, "", "empty_call")
-        value = next(iter(args.values())) if len(args) == 1 else json.dumps(args)
+        tool = by_name[name]
         # a JSON escape ("\\ud800") decodes to a lone surrogate, which the env's cleaning of the
         # raw action cannot see; a tool echoing it would return text no tokenizer can encode
-        value = str(value).encode("utf-8", "replace").decode("utf-8")
-        value = by_name[name].clean_argument(value)
+        value = tool.argument_text(args).encode("utf-8", "replace").decode("utf-8")
+        value = tool.clean_argument(value)
         if not value:
             return ParsedAction("invalid", text, name, "", "empty_call")
         return ParsedAction("tool", text, name, value)
