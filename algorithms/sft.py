@@ -290,6 +290,8 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
     """Train, save `<output_dir>/final_model` (HF format), evaluate; return the results.
 
     `preflight=False` skips `preflight_sft` for a caller that has just run it."""
+    # One function, long on purpose: like the RL loop, SFT reads top to bottom (data, model,
+    # steps, save, evaluation), and its parts share the accelerator and the run's log.
     import gymnasium as gym
     from accelerate import Accelerator
     from accelerate.utils import set_seed

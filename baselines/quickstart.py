@@ -72,10 +72,8 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
 
     from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
-    from algorithms.core.run_log import read_metrics
     from algorithms.models.resolve import resolve_model
     from algorithms.sft import SFTConfig, run_sft
-    from baselines.comparison.report import markdown_table, quickstart_plot
     from baselines.evaluation.evaluate import EvalConfig, evaluate
 
     root = Path(out)
@@ -129,7 +127,17 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     stage(f"{algo.upper()} evaluation")
     rows += [evaluation(f"{algo.upper()} (greedy)", rl, True), evaluation(f"{algo.upper()} ({sampled})", rl, False)]
     timings["done"] = time.perf_counter()
+    return write_report(root, rows, timings, algo, model, held_out, sampled, sampling)
 
+
+def write_report(root: Path, rows: list[dict], timings: dict[str, float], algo: str, model: str,
+                 held_out: range, sampled: str, sampling: dict) -> dict[str, Any]:
+    """results.md, results.json and results.png of a quickstart run; the stages' wall times come
+    from when each began (`timings`, ending with "done")."""
+    from algorithms.core.run_log import read_metrics
+    from baselines.comparison.report import markdown_table, quickstart_plot
+
+    eval_tasks, first = len(held_out), held_out.start
     names = list(timings)
     wall = {n: timings[b] - timings[n] for n, b in zip(names, names[1:], strict=False)}
     columns = (("pass@1", "accuracy"), ("hard_accuracy", "acc. hard"), ("easy_accuracy", "acc. easy"),
@@ -139,7 +147,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     table = markdown_table(rows, label="model", columns=columns)
     plot = quickstart_plot(rows, read_metrics(root / algo), root / "results.png",
                            f"AgentMath-v0 (easy + hard tasks), {eval_tasks} held-out tasks, {algo.upper()}, {model}")
-    text = (f"# Quickstart results ({model})\n\nHeld-out tasks: {eval_tasks} (indices {first}-{len(tasks) - 1}); "
+    text = (f"# Quickstart results ({model})\n\nHeld-out tasks: {eval_tasks} (indices {first}-{held_out[-1]}); "
             f"sampled rows use the {algo.upper()} run's sampling setup ({sampled}).\n"
             "Hard tasks need the tool; easy ones (one-digit sums) do not.\n\n"
             f"{table}\n\nWall time per stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())

@@ -94,6 +94,8 @@ class WebWorld(World):
 
     @cached_property
     def _site(self) -> dict[str, Any]:
+        # One function, long on purpose: every page, link and fact is drawn from one RNG in one
+        # fixed order, and that order is what keeps a seed's site the same across versions.
         rng = Random(f"web:{self.config.seed}")
         names = NameMaker(rng)
         pages: dict[str, dict[str, Any]] = {}

@@ -147,6 +147,8 @@ class HFEngine:
 
     @torch.no_grad()
     def _decode(self, reqs: list[tuple[list[int], SamplingParams]]) -> list[Segment]:
+        # One function, long on purpose: the per-token loop is the engine's hot path, and its
+        # state (cache, masks, stops, per-row limits) lives in locals rather than attributes.
         b = len(reqs)
         dev = self.device
         limits = [max(0, min(p.max_tokens, self.max_model_len - len(ids))) for ids, p in reqs]

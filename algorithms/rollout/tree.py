@@ -175,6 +175,8 @@ class TreeRollout:
         (default `seed + i`), and `seed` the engine requests unless `params.seed` is set; so a
         prompt's tree depends only on its own seed, not on the other prompts of the call.
         """
+        # One function, long on purpose: it is the paper's tree-rollout algorithm (initial
+        # samples, entropy probes, branching, top-ups to exactly M) read top to bottom.
         cfg = self.config
         if max_response_tokens <= 0:
             raise ValueError(f"tree rollout: max_response_tokens={max_response_tokens} must be > 0")
