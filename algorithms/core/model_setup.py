@@ -138,9 +138,11 @@ def make_engine(cfg: Any, *, path: str, tokenizer: Any, accelerator: Any, model:
     if cfg.engine == "hf":
         from algorithms.rollout.hf import HFEngine
 
-        # the engine decodes with the learner's own module: always in sync, no copy; except in
-        # async training, where it generates while the module updates: it loads its own copy
-        source = path if cfg.max_staleness else accelerator.unwrap_model(model)
+        # the engine decodes with the learner's own module: always in sync, no copy. It loads its
+        # own copy in async training, where it generates while the module updates, and under LoRA,
+        # where decoding through the unmerged adapters costs more than a merged copy each step
+        # (docs/benchmarks.md, "Real model: time per RL step")
+        source = path if cfg.max_staleness or cfg.lora.enabled else accelerator.unwrap_model(model)
         return HFEngine(source, tokenizer, device=str(accelerator.device), seed=cfg.seed, **cfg.engine_kwargs)
     if cfg.engine == "vllm-server":
         from algorithms.rollout.vllm_server import VLLMServerEngine
@@ -172,19 +174,19 @@ def gateway_source(learner: Any) -> Any:
 def push_weights(accelerator: Any, model: Any, engine: Any, kind: str) -> None:
     """Load the policy's current weights into a synchronous rollout engine of kind `kind`.
     Collective: every rank joins the gather of the full weights (FSDP and ZeRO-3 shard them)."""
-    if kind == "hf":
+    module = accelerator.unwrap_model(model)
+    if kind == "hf" and getattr(engine, "model", None) is module:
         return  # it decodes with the learner's module itself
     state = accelerator.get_state_dict(model)
     from algorithms.models.lora import merged_state_dict, merged_weights
 
     # a LoRA policy hands over full weights under the base model's names, adapters merged
-    module = accelerator.unwrap_model(model)
     if kind == "vllm-server":
         # one server for all ranks: the main process hands the weights over
         if accelerator.is_main_process:
             engine.sync_weights(merged_state_dict(module, state), config=module.config)
     else:
-        # colocated engines, one per rank: FSDP and ZeRO-3 leave the full weights on rank 0 only,
+        # colocated engines (vLLM, or HF with its own copy), one per rank: FSDP and ZeRO-3 leave the full weights on rank 0 only,
         # which streams them to the others tensor by tensor while each rank's engine loads them
         from algorithms.core.weight_gather import every_rank_weights
 

@@ -47,6 +47,11 @@ def test_lora_trains_only_adapters_and_resumes_exactly(tmp_path):
 
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "full" / "final_model")
     assert not any("lora" in n for n in exported.state_dict())  # merged: loads without peft
+    # the HF engine decodes with its own merged copy, synced after every step: the final policy
+    engine_model = full.engine.model
+    assert engine_model is not module
+    merged = exported.state_dict()
+    assert all(torch.allclose(t, merged[n], atol=1e-6) for n, t in engine_model.state_dict().items())
 
     GRPOLearner(GRPOConfig(**common(tmp_path / "cut", lora=lora, total_steps=1, save_every=1))).train()
     resumed = GRPOLearner(GRPOConfig(**common(tmp_path / "cut", lora=lora, total_steps=2, save_every=1)))
