@@ -147,6 +147,20 @@ def _scores(npred: str, golds: tuple[str, ...]) -> dict[str, float]:
     }
 
 
+def answer_in_text(text: str, golden_answers: list[str]) -> bool:
+    """Does a golden answer appear anywhere in `text`, as whole normalised words? A lenient upper
+    bound for responses that never write the answer format (zero-shot baselines): a response
+    that lists many candidates counts as right too.
+
+    >>> answer_in_text("I think the tower is in Paris, France.", ["Paris"])
+    True
+    >>> answer_in_text("It is 1234.", ["123"])
+    False
+    """
+    words = f" {normalize_answer(text)} "
+    return any((g := normalize_answer(a)) and f" {g} " in words for a in golden_answers)
+
+
 def qa_reward(response: str, golden_answers: list[str]) -> RewardResult:
     """Token F1 of the response's prediction; components `em`, `f1`, `acc`, `pred`."""
     pred = extract_prediction(response)

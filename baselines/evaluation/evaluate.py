@@ -14,7 +14,9 @@ response text), `trajectories.jsonl` (the same episodes in tokens, with loss mas
 `agent-envs analyze`) and `summary.json` (the metrics plus everything that defines the run: env and its
 kwargs, tool limits, model, engine, sampling, prompting baseline) into `--out`.
 pass@1 is the mean over the n samples of each task; pass@k uses the unbiased estimator;
-`correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it.
+`correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it,
+and `answer_in_response` (a golden answer anywhere in the response, as whole normalised words: a
+lenient upper bound for zero-shot baselines that never write the answer format).
 Given a run's model folder, the run's env, env_kwargs and sampling are used, and tasks default to
 held-out ones: the run's last `eval_episodes` tasks, which its training never drew (`plan.py` says
 which and why); the choice is printed before the run starts.
@@ -52,6 +54,7 @@ from agent_envs.base.config import (
     require,
 )
 from agent_envs.envs import check_env_kwargs
+from agent_envs.rewards.qa import answer_in_text
 from algorithms.base.preflight import check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize
 from baselines.evaluation.plan import DEFAULT_SAMPLING, SAMPLING_KEYS, held_out_range, run_settings
@@ -272,16 +275,21 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
     report = health.check(trajs) if health.enabled else None
     if report is not None:
         health.raise_or_warn(report.faults)
+    tasks = make_env().tasks
+    answers = {task.id: task.answers for task in (tasks[j] for j in indices)}
     samples = []
     for i, t in enumerate(trajs):
         c = t.components
+        response = engine.tokenizer.decode(t.response_ids)
         samples.append({
             "task_id": t.task_id, "sample": i % cfg.n, "seed": seed, "reward": t.reward,
             "correct": float(c.get("correct", 0.0)), "em": c.get("em", 0.0), "f1": c.get("f1", 0.0),
             "format_ok": float(bool(c.get("format_ok"))), "tool_calls": t.tool_calls,
             "truncated": float(t.truncated), "response_tokens": sum(t.loss_mask),
             "pred": c.get("pred"), "gold": c.get("gold"),
-            "response": engine.tokenizer.decode(t.response_ids), "health": list(t.health),
+            # lenient: a golden answer anywhere in the response, for models that skip the format
+            "answer_in_response": float(answer_in_text(response, answers.get(t.task_id, []))),
+            "response": response, "health": list(t.health),
         })
     metrics = summarize(samples, cfg.ks)
     if report is not None:
@@ -347,7 +355,9 @@ def replay(folder: str | Path, engine: Any = None, **overrides: Any) -> dict[str
     differences = {k: (v, summary["metrics"].get(k)) for k, v in recorded["metrics"].items()
                    if summary["metrics"].get(k) != v}
     replayed = json.loads(json.dumps(replayed, default=str))  # compare as the recording stored them
-    changed = [i for i, (a, b) in enumerate(zip(old_samples, replayed, strict=False)) if a != b]
+    # on the recorded keys: a column added since the recording was made is not a difference
+    changed = [i for i, (a, b) in enumerate(zip(old_samples, replayed, strict=False))
+               if a != {key: b.get(key) for key in a}]
     if len(old_samples) != len(replayed):
         changed.append(min(len(old_samples), len(replayed)))
     summary["replay"] = {

@@ -35,6 +35,16 @@ def test_evaluate_writes_samples_and_summary(tmp_path, tiny_model_path, baseline
         (r["task_id"], r["tool_calls"], r["response_tokens"]) for r in rows]
     if baseline == "cot":
         assert all(r["tool_calls"] == 0 for r in rows)
+    # the lenient column reads each row's own task's answers
+    import gymnasium as gym
+
+    from agent_envs.rewards.qa import answer_in_text
+
+    tasks = gym.make("AgentMath-v0").unwrapped.tasks  # ids end in the task's index
+    answers = {r["task_id"]: tasks[int(r["task_id"].rsplit("-", 1)[1])].answers for r in rows}
+    assert [r["answer_in_response"] for r in rows] == [
+        float(answer_in_text(r["response"], answers[r["task_id"]])) for r in rows]
+    assert m["answer_in_response"] == pytest.approx(sum(r["answer_in_response"] for r in rows) / 6)
 
 
 def test_config_errors():

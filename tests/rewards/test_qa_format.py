@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from agent_envs.core.protocols import arpo_format_check
 from agent_envs.rewards import normalize_answer, qa_reward, token_f1
 from agent_envs.rewards.extract import last_boxed
-from agent_envs.rewards.qa import candidates
+from agent_envs.rewards.qa import answer_in_text, candidates
 
 
 def wrap(pred: str) -> str:
@@ -92,3 +92,15 @@ def test_arpo_format_rules(response: str, rule: str | None) -> None:
 
 def test_prefilled_think_counts() -> None:
     assert arpo_format_check("x</think><answer>\\boxed{1}</answer>", prefill="<think>")[0]
+
+
+@pytest.mark.parametrize("text, golds, expected", [
+    ("The founder was Matuk Dramin, I believe.", ["Matuk Dramin"], True),
+    ("It was founded by the Dramin family.", ["Matuk Dramin"], False),  # part of a name is not the name
+    ("2055 mod 75 = 30", ["30"], True),
+    ("The result is 1230.", ["123"], False),  # whole words only
+    ("Paris or Lyon", ["Lyon", "Marseille"], True),  # any alias
+    ("anything", [""], False),  # an empty answer is never found
+])
+def test_answer_in_text_is_whole_normalised_words(text, golds, expected):
+    assert answer_in_text(text, golds) is expected
