@@ -29,6 +29,7 @@ model is evaluated greedily on held-out tasks through the real runner and envs:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -66,6 +67,9 @@ class SFTConfig:
     threads: Threads = option("auto", THREADS_HELP)
     steps: int = option(300, "optimizer steps")
     batch_size: int = option(32, "sequences per optimizer step")
+    micro_batch_size: int | None = option(
+        None, "sequences per forward and backward pass, their gradients summed into one step (null: the "
+        "whole batch); the loss and step are the same, the memory smaller")
     lr: float = option(1e-3, "AdamW learning rate")
     lr_schedule: Literal["cosine", "constant"] = option("cosine", "learning-rate schedule")
     warmup_steps: int = option(10, "steps of linear warm-up")
@@ -84,6 +88,8 @@ class SFTConfig:
                 raise ValueError(f"config field {key!r} must be >= 1, got {getattr(self, key)!r}")
         if self.lr <= 0:
             raise ValueError(f"config field 'lr' must be > 0, got {self.lr!r}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"config field 'micro_batch_size' must be >= 1 or null, got {self.micro_batch_size!r}")
         choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
 
 
@@ -233,6 +239,20 @@ def jsonl_examples(path: str | os.PathLike, tokenizer: Any) -> list[Example]:
     return out
 
 
+def _loss(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, n_tok: int, dev: Any,
+          zero: bool = False) -> torch.Tensor:
+    """Summed next-token NLL over the masked-in targets of these sequences, divided by the step's
+    target count `n_tok` (so micro-batches add up to the batch's mean); `zero` weighs it 0."""
+    logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(dev), reduction="none"
+    )
+    m = mask[:, 1:].reshape(-1).to(dev)
+    if zero:
+        m = torch.zeros_like(m)
+    return (nll * m).sum() / max(1, n_tok)
+
+
 def _batch(examples: list[Example], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(e.ids) for e in examples)
     ids = torch.full((len(examples), width), pad, dtype=torch.long)
@@ -356,18 +376,16 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
             dummy = not local  # more ranks than examples: a zero-weight pass keeps DDP aligned
             if dummy:
                 local = picked[:1]
-            ids, attn, mask = _batch(local, pad)
             n_tok = sum(sum(e.mask[1:]) for e in picked)  # targets are shifted by one
-            dev = acc.device
-            logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(dev), reduction="none"
-            )
-            m = mask[:, 1:].reshape(-1).to(dev)
-            if dummy:
-                m = torch.zeros_like(m)
-            loss = (nll * m).sum() / max(1, n_tok)
-            acc.backward(loss * world)
+            size = cfg.micro_batch_size or len(local)
+            parts = [local[i : i + size] for i in range(0, len(local), size)]
+            loss = torch.zeros((), device=acc.device)
+            for i, part in enumerate(parts):
+                # gradients are all-reduced once, after the step's last micro-batch
+                with acc.no_sync(model) if i < len(parts) - 1 else contextlib.nullcontext():
+                    part_loss = _loss(model, *_batch(part, pad), n_tok, acc.device, zero=dummy)
+                    acc.backward(part_loss * world)
+                loss += part_loss.detach()
             grad_norm = (
                 acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm) if cfg.max_grad_norm else None
             )
