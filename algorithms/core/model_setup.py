@@ -186,8 +186,9 @@ def push_weights(accelerator: Any, model: Any, engine: Any, kind: str) -> None:
         if accelerator.is_main_process:
             engine.sync_weights(merged_state_dict(module, state), config=module.config)
     else:
-        # colocated engines (vLLM, or HF with its own copy), one per rank: FSDP and ZeRO-3 leave the full weights on rank 0 only,
-        # which streams them to the others tensor by tensor while each rank's engine loads them
+        # colocated engines (vLLM, or HF with its own copy), one per rank: FSDP and ZeRO-3 leave
+        # the full weights on rank 0 only, which streams them to the others tensor by tensor while
+        # each rank's engine loads them
         from algorithms.core.weight_gather import every_rank_weights
 
         engine.sync_weights(merged_weights(every_rank_weights(state, accelerator.device), module))

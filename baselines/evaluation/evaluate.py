@@ -225,7 +225,7 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     runs = []
     try:
         for r in range(cfg.repeats):
-            runs.append(_evaluate_once(cfg, engine, count, cfg.seed + r, recording, judge, health))
+            runs.append(_evaluate_once(cfg, engine, count, cfg.seed + r, recording, judge, health, probe.tasks))
     finally:
         if recording is not None:
             recording.close()
@@ -252,7 +252,7 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
 
 
 def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recording: Any, judge: Any,
-                   health: Any) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any], list[Any]]:
+                   health: Any, tasks: Any) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any], list[Any]]:
     from algorithms.rollout import SamplingParams, run_episodes
 
     env_kwargs = dict(cfg.env_kwargs)
@@ -275,7 +275,6 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
     report = health.check(trajs) if health.enabled else None
     if report is not None:
         health.raise_or_warn(report.faults)
-    tasks = make_env().tasks
     answers = {task.id: task.answers for task in (tasks[j] for j in indices)}
     samples = []
     for i, t in enumerate(trajs):
