@@ -228,6 +228,8 @@ def serve(args: argparse.Namespace) -> int:
             memory_mb=args.memory_mb,
             fsize_mb=args.fsize_mb,
             nproc=args.nproc,
+            uid=args.uid,
+            gid=args.uid if args.gid is None else args.gid,
             preamble=tuple(args.preamble),
             pool_size=args.workers,
         ).validate()
@@ -257,6 +259,10 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
     p.add_argument("--fsize-mb", type=int, default=defaults.fsize_mb)
     p.add_argument("--nproc", type=int, default=defaults.nproc)
+    # RLIMIT_NPROC counts every process of a uid on the machine: two services (or a service and
+    # other sandboxes) that share a uid share one process budget.
+    p.add_argument("--uid", type=int, default=defaults.uid, help="when run as root: the uid the code runs as")
+    p.add_argument("--gid", type=int, default=None, help="when run as root: the gid the code runs as (default: --uid)")
     p.add_argument("--preamble", nargs="*", default=[], help="modules imported once per worker: math 'numpy as np'")
     p.set_defaults(func=serve)
 

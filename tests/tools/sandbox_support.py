@@ -20,6 +20,12 @@ from agent_envs.tools import PythonTool
 
 REPO = Path(__file__).resolve().parents[2]
 
+# RLIMIT_NPROC counts every process of a uid on the machine, and the test workers run sandboxes side
+# by side: as root, a suite that checks process budgets runs its sandboxes as a uid of its own, so a
+# fork bomb in another worker's sandbox (as uid 65534) cannot eat its budget, nor its bomb theirs.
+PRIVATE_UID = 60000 + os.getpid() % 5000 if os.geteuid() == 0 else None
+PRIVATE = {"uid": PRIVATE_UID, "gid": PRIVATE_UID} if PRIVATE_UID is not None else {}
+
 
 @contextlib.contextmanager
 def sandbox_service(*args: str, env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen, str]]:

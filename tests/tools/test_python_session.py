@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from sandbox_support import children_by_parent, descendants, sandbox_service
+from sandbox_support import PRIVATE, children_by_parent, descendants, sandbox_service
 from test_sandbox_docker import IMAGE as DOCKER_IMAGE
 from test_sandbox_docker import _missing as docker_missing
 
@@ -315,10 +315,8 @@ def test_docker_sessions_replay_their_cells():
 
 def test_many_forks_and_a_refused_one_leave_the_parent_working():
     # Zombies of closed forks count against RLIMIT_NPROC until reaped, so 40 forks under an nproc
-    # of 16 only pass if the parent reaps them. As root the calls run as a uid of their own here:
-    # other sandboxes (as uid 65534) must not eat this test's budget.
-    private = {"uid": 60000 + os.getpid() % 5000} if os.geteuid() == 0 else {}
-    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1, session=True, nproc=16, **private)
+    # of 16 only pass if the parent reaps them (as a uid of the test's own: see sandbox_support).
+    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1, session=True, nproc=16, **PRIVATE)
     try:
         sandbox, _ = tool._ensure_started()
         pool = sandbox.sessions

@@ -2,7 +2,8 @@
 
 Every test states the attack and checks its effect from OUTSIDE the sandbox (the host file system,
 a real server the test runs, the process table), so it would fail if the guarantee were missing.
-The suite runs as the current user (root in CI: privileges are dropped to uid 65534), once with
+The suite runs as the current user (root in CI: privileges are dropped to a uid of the suite's own,
+see `sandbox_support.PRIVATE`), once with
 the in-process pool and once through the sandbox service (`agent-envs serve-sandbox`, a real
 process on 127.0.0.1), and again, through a small driver, as an unprivileged user (user namespaces
 instead of setuid).
@@ -26,7 +27,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sandbox_support import children_by_parent, descendants, sandbox_service, worker_pids
+from sandbox_support import (
+    PRIVATE,
+    PRIVATE_UID,
+    children_by_parent,
+    descendants,
+    sandbox_service,
+    worker_pids,
+)
 
 from agent_envs.base.messages import MESSAGES
 from agent_envs.tools import PythonTool
@@ -37,7 +45,7 @@ TIMEOUT = 1.5
 
 
 SECRET = {"AGENT_ENVS_FAKE_SECRET": "s3cr3t-value"}  # in the environment of whoever owns the workers
-LIMITS = {"timeout_s": TIMEOUT, "preamble": ("math",), "memory_mb": 1024, "fsize_mb": 8, "nproc": 32}
+LIMITS = {"timeout_s": TIMEOUT, "preamble": ("math",), "memory_mb": 1024, "fsize_mb": 8, "nproc": 32, **PRIVATE}
 
 
 @pytest.fixture(scope="module", params=["local", "service"])
@@ -53,6 +61,7 @@ def tool(request):
             service = sandbox_service(
                 *("--workers", "1", "--timeout", str(TIMEOUT), "--preamble", "math"),
                 *("--memory-mb", "1024", "--fsize-mb", "8", "--nproc", "32"),
+                *(("--uid", str(PRIVATE_UID)) if PRIVATE else ()),
             )
         with service as (proc, url):
             if url is not None:
@@ -206,6 +215,15 @@ def test_environment_is_scrubbed(tool):
     assert "'HOME'" in res.text  # the whitelist is there
 
 
+def test_code_runs_without_capabilities_as_the_configured_uid(tool):
+    # For the service this also checks that `serve-sandbox --uid` reaches the workers.
+    res = tool.run("import os\nprint(os.getuid(), os.getgid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
+    uid, gid, caps = res.text.split()
+    assert int(caps, 16) == 0
+    if PRIVATE_UID is not None:
+        assert (int(uid), int(gid)) == (PRIVATE_UID, PRIVATE_UID)
+
+
 def test_fork_bomb_is_contained(tool):
     start = time.monotonic()
     res = tool.run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
@@ -218,10 +236,7 @@ def test_the_next_call_gets_its_whole_process_budget():
     # A call that ends while 28 children still sleep: they must die with its pid namespace, and be
     # gone before the next call runs, since as the sandbox uid they would count against its
     # RLIMIT_NPROC (32 here). The worker reaps every ended call before running the next one.
-    # RLIMIT_NPROC counts every process of the uid on the machine, so as root the calls run as a
-    # uid of their own here: other sandboxes (as uid 65534) must not eat this test's budget.
-    private = {"uid": 60000 + os.getpid() % 5000} if os.geteuid() == 0 else {}
-    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1, memory_mb=1024, nproc=32, **private)
+    tool = PythonTool(timeout_s=TIMEOUT, pool_size=1, memory_mb=1024, nproc=32, **PRIVATE)
     spawn = "import os, time\nfor _ in range(28):\n    if os.fork() == 0:\n        time.sleep(60)\nprint('left')"
     fork_20 = (
         "import os\nkids = []\nfor _ in range(20):\n    pid = os.fork()\n    if pid == 0:\n"
@@ -378,14 +393,14 @@ print(json.dumps(out))
 
 
 def _unprivileged_runner() -> tuple[list[str], str] | None:
-    """A command prefix that runs a system Python as uid 65534, or None with the reason."""
+    """A command prefix that runs a system Python as an unprivileged uid, or None with the reason."""
     if os.geteuid() != 0:
         return ["/usr/bin/env"], sys.executable  # already unprivileged: run directly
     python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
     setpriv = shutil.which("setpriv")
     if python is None or setpriv is None:
         return None
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"], python
+    return [setpriv, f"--reuid={PRIVATE_UID}", f"--regid={PRIVATE_UID}", "--clear-groups"], python
 
 
 @pytest.mark.skipif(

@@ -5,7 +5,7 @@ here unchanged against a session tool (imported, so they are collected again wit
 `tool` fixture). The claims about "the next call" become claims about the next *session* (within
 one, files and IPC objects persist by design), and the process checks look at the session
 workers. As there, every effect is checked from outside the sandbox. The unprivileged run drives
-sessions as uid 65534 (user namespaces instead of setuid).
+sessions as an unprivileged uid (user namespaces instead of setuid).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_support import descendants, worker_pids
+from sandbox_support import PRIVATE_UID, descendants, worker_pids
 from test_sandbox_isolation import (  # noqa: F401 (collected again, against sessions)
     LIMITS,
     NETWORK_CODE,
@@ -177,7 +177,7 @@ def test_session_processes_run_unprivileged_in_a_namespace_of_their_own(tool):
     uid, gid, caps = res.text.split()
     assert int(caps, 16) == 0
     if os.geteuid() == 0:
-        assert (int(uid), int(gid)) == (65534, 65534)
+        assert (int(uid), int(gid)) == (PRIVATE_UID, PRIVATE_UID)
     [worker] = worker_pids(tool)
     family = descendants(worker)
     assert len(family) >= 3  # the worker's serving init, the family's init, the interpreter
