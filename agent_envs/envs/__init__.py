@@ -1,4 +1,4 @@
-"""Registered env ids: three families with an offline default each, plus one id per benchmark.
+"""Registered env ids: four families with an offline default each, plus one id per benchmark.
 
     >>> import gymnasium as gym, agent_envs
     >>> env = gym.make("AgentQA-v0")
@@ -21,6 +21,8 @@ FAMILIES = {
            "synthetic knowledge base, 1-4 hop questions; BM25 search; F1 reward"),
     "search": ("AgentSearch-v0", "agent_envs.envs.search:make_search_env",
                "synthetic linked web; search + browse; F1 reward"),
+    "notebook": ("AgentNotebook-v0", "agent_envs.envs.notebook:make_notebook_env",
+                 "multi-call python tasks that reuse earlier names; python session; math reward"),
 }
 # any id served by `agent-envs serve-env`, played over HTTP (no family: it has no world of its own)
 REMOTE = ("AgentRemote-v0", "agent_envs.remote.env_client:RemoteEnv", "an env served by `agent-envs serve-env`, played over HTTP (url=, env_id=, env_kwargs=)")
@@ -83,7 +85,7 @@ def register_benchmark(spec, **env_defaults) -> str:
 
 
 # the procedural world each family plays by default (its `world=` keyword configures it)
-FAMILY_WORLDS = {"math": "arithmetic", "qa": "knowledge", "search": "web"}
+FAMILY_WORLDS = {"math": "arithmetic", "qa": "knowledge", "search": "web", "notebook": "notebook"}
 
 
 def check_env_id(env_id: str, key: str = "env") -> None:

@@ -1,4 +1,4 @@
-"""Procedural, seeded, offline worlds: the embedded default tasks of AgentMath, AgentQA and AgentSearch.
+"""Procedural, seeded, offline worlds: the embedded default tasks of AgentMath, AgentQA, AgentSearch and AgentNotebook.
 
 Each world is an indexable task source with gold tool-use traces, plus the tools its tasks need.
 
@@ -12,11 +12,13 @@ Each world is an indexable task source with gold tool-use traces, plus the tools
 | `arithmetic` | `ArithmeticWorld` | math | python |
 | `knowledge` | `KnowledgeWorld` | qa | search (BM25 over `w.corpus`) |
 | `web` | `WebWorld` | qa | search over home-page snippets, browse |
+| `notebook` | `NotebookWorld` | math | python session (state kept across calls) |
 """
 
 from agent_envs.worlds.arithmetic import ArithmeticConfig, ArithmeticWorld
 from agent_envs.worlds.base import WORLDS, World, WorldConfig, make_world, register_world
 from agent_envs.worlds.knowledge import KnowledgeConfig, KnowledgeWorld
+from agent_envs.worlds.notebook import NotebookConfig, NotebookWorld
 from agent_envs.worlds.web import WebConfig, WebWorld
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "ArithmeticWorld",
     "KnowledgeConfig",
     "KnowledgeWorld",
+    "NotebookConfig",
+    "NotebookWorld",
     "WebConfig",
     "WebWorld",
     "World",

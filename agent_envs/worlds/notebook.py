@@ -19,8 +19,8 @@ Families (each task draws one, uniformly):
 | `function` | define f, then apply f to several inputs, then add the results | f(n) = steps of the Collatz map to 1 |
 | `table` | build a list (a sieve of primes), then query it | the 57th prime below 20000, then a count |
 
-The world is not in the registry of built-in worlds (`make_world`): build it directly and give
-its envs the session tool it needs, `NotebookWorld(...).make_tools()`.
+`gym.make("AgentNotebook-v0")` plays it with the session tool it needs
+(`NotebookWorld(...).make_tools()`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from random import Random
 from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
-from agent_envs.worlds.base import World, WorldConfig
+from agent_envs.worlds.base import World, WorldConfig, register_world
 
 FAMILIES = ("chain", "function", "table")
 PLAN = "<think> I will work it out step by step in python, reusing what I defined. </think> "
@@ -49,6 +49,7 @@ class NotebookConfig(WorldConfig):
         self._require("steps", 2 <= self.steps <= 6, "must be in [2, 6]")
 
 
+@register_world
 class NotebookWorld(World):
     """Multi-call python tasks (`reward="math"`) whose calls share variables."""
 

@@ -105,7 +105,7 @@ class TinyModelConfig:
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
     corpus_episodes: int = 3000  # procedural episodes the tokenizer is trained on
-    world_episodes: int = 300  # gold-trace episodes per registered world, also tokenizer text
+    world_episodes: int = 300  # gold-trace episodes per world of TEXT_WORLDS, also tokenizer text
     warmup_steps: int = 0  # SFT steps on math episodes (0: random init)
     warmup_batch_size: int = 16
     warmup_lr: float = 2e-3
@@ -195,13 +195,18 @@ def episode(
     return messages, response
 
 
+# The worlds whose gold traces the tokenizer and warm-up read: a fixed list, so that registering a
+# world (ours or a user's) does not change the tiny model, its cache key or any figure measured with it.
+TEXT_WORLDS = ("arithmetic", "knowledge", "web")
+
+
 def world_text(n_per_world: int, seed: int = 0) -> list[str]:
-    """Gold-trace episodes of every registered world (question and the gold actions) as ChatML text."""
-    from agent_envs.worlds import WORLDS, make_world
+    """Gold-trace episodes of the `TEXT_WORLDS` (question and the gold actions) as ChatML text."""
+    from agent_envs.worlds import make_world
 
     protocol = ArpoTags()
     texts = []
-    for name in sorted(WORLDS):
+    for name in TEXT_WORLDS:
         world = make_world(name, seed=seed)
         for i in range(min(n_per_world, len(world))):
             task = world[i]

@@ -77,3 +77,28 @@ def test_copying_the_last_result_scores_with_sessions_only(world, session_tool, 
     assert with_sessions == [1.0] * N
     assert [reward for reward, _ in without] == [0.0] * N
     assert all(re.search(r"NameError: name '\w+' is not defined", results[-1]) for _, results in without)
+
+
+def test_the_env_id_plays_it_with_sessions_and_python_false_measures_the_stateless_tool():
+    import gymnasium as gym
+
+    from agent_envs.envs import check_env_kwargs
+
+    rewards = {}
+    for session in (True, False):
+        env = gym.make("AgentNotebook-v0", world={"seed": 0, "steps": 3},
+                       **({} if session else {"python": {"session": False}}))
+        env.reset(options={"index": 0})
+        task = env.unwrapped.task
+        assert task == NotebookWorld(NotebookConfig(seed=0, steps=3))[0]
+        for action in task.gold_trace[:-1]:
+            obs, *_ = env.step(action)
+        last = obs.split("<result>")[1].split("</result>")[0].strip().splitlines()[-1]
+        _, rewards[session], terminated, _, info = env.step(f"<answer> \\boxed{{{last}}} </answer>")
+        assert terminated and info["tool_calls"] == 3
+        env.close()
+    assert rewards == {True: 1.0, False: 0.0}
+    with pytest.raises(ValueError, match=r"NotebookConfig\.steps"):
+        check_env_kwargs("AgentNotebook-v0", {"world": {"steps": 9}})
+    with pytest.raises(ValueError, match=r"AgentNotebook-v0: unknown config key 'env_kwargs\.world\.step' \(did you mean 'steps'"):
+        check_env_kwargs("AgentNotebook-v0", {"world": {"step": 3}})

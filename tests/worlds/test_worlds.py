@@ -38,13 +38,15 @@ def fingerprint(world, n: int) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
-@pytest.fixture(scope="module", params=sorted(WORLDS))
+# The worlds with difficulty levels and hops; the notebook world's own checks (seeding, gold traces
+# with sessions and without) are in tests/tools/test_notebook_world.py.
+@pytest.fixture(scope="module", params=sorted(HARDEST))
 def name(request) -> str:
     return request.param
 
 
-def test_registry_has_the_three_worlds():
-    assert sorted(WORLDS) == ["arithmetic", "knowledge", "web"]
+def test_registry_has_the_four_worlds():
+    assert sorted(WORLDS) == ["arithmetic", "knowledge", "notebook", "web"]
 
 
 def test_same_seed_same_tasks_and_other_seeds_differ(name):
