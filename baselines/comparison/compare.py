@@ -236,7 +236,9 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     check_eval_episodes(overrides, eval_tasks)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    order = [(a, s) for a in algos for s in seeds]
+    # seed-major: with fewer jobs than runs, every algorithm's first seed ends first, so a comparison
+    # stopped (or still running) after some runs already has paired runs to compare
+    order = [(a, s) for s in seeds for a in algos]
     jobs, threads = plan_parallelism(len(order), jobs)
     specs = [RunSpec(a, s, config, list(overrides), str(root / f"{a}-{s}"), eval_tasks, eval_samples, threads,
                      log_to_file=jobs > 1, resume=resume) for a, s in order]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from statistics import mean
 
 import pytest
@@ -91,6 +92,9 @@ def test_compare_two_algorithms_two_seeds(tmp_path, capsys):
             "prompts_per_step=2", "group_size=8", "max_response_tokens=32", "temperature=0.7", "top_p=1.0", "top_k=-1",
             "progress=false", "tensorboard=false"]  # fmt: skip
     assert main(args) == 0
+    # seed-major: a comparison stopped early has every algorithm's first seed
+    done = re.findall(r"  (\w+) seed (\d): trained in", capsys.readouterr().out)
+    assert done == [("grpo", "0"), ("arpo", "0"), ("grpo", "1"), ("arpo", "1")]
     runs = {(a, s): json.loads((out / f"{a}-{s}" / "result.json").read_text()) for a in ("grpo", "arpo") for s in (0, 1)}
     for (algo, seed), r in runs.items():
         assert (out / f"{algo}-{seed}" / "log.txt").stat().st_size > 0  # parallel runs log to their folder
