@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _env_settings_help() -> str:
-    """Type and default of every env setting of the three default envs, and their world's keys."""
+    """Type and default of every env setting of the family envs, and their world's keys."""
     import inspect
 
     from agent_envs.base.config import describe_config
