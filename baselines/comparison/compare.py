@@ -206,7 +206,25 @@ def rollout_tool_calls(metrics: list[dict[str, Any]]) -> float | None:
     return sum(per_step) / len(per_step) if per_step else None
 
 
-def _worker_start(threads: int) -> None:
+def run_pool(jobs: int, threads: int) -> ProcessPoolExecutor:
+    """The worker processes of parallel runs: fresh interpreters (spawn), so the thread settings
+    apply before torch starts, that end with the compare process however it ends."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_start, initargs=(threads, os.getpid()))
+
+
+def _worker_start(threads: int, parent: int) -> None:
+    # A compare stopped by `timeout`, `kill` or a crash would leave its runs training unseen, with
+    # no report: they end with it instead (checkpoints are crash-safe; `--resume true` goes on).
+    if sys.platform == "linux":
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it ended before the line above
+            os._exit(1)
     # before torch is imported in this fresh process, so every thread pool gets the same count
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
@@ -229,8 +247,6 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
                 eval_tasks: int = 64, eval_samples: int = 4, jobs: int | None = None,
                 resume: bool = False) -> dict[str, Any]:
     """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report."""
-    import multiprocessing
-
     if not algos or not seeds:
         raise ValueError("compare: --algos and --seeds each need at least one entry")
     check_eval_episodes(overrides, eval_tasks)
@@ -273,9 +289,7 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
             print(f"\n== {spec.algo} seed {spec.seed} -> {spec.run_dir} ==", flush=True)
             run_one(spec)  # its `threads` override sets torch's thread count here
     else:
-        # spawn: a fresh interpreter per worker, so thread settings apply before torch starts
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_start, initargs=(threads,)) as pool:
+        with run_pool(jobs, threads) as pool:
             futures = {pool.submit(_run_in_worker, spec): spec for spec in specs}
             for future, spec in futures.items():
                 try:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 from statistics import mean
 
 import pytest
@@ -78,6 +85,48 @@ def test_parallelism_shares_the_cores():
     assert plan_parallelism(runs=1, jobs=None, cores=16) == (1, 16)  # one run gets every core
     assert plan_parallelism(runs=12, jobs=4, cores=16) == (4, 4)
     assert plan_parallelism(runs=3, jobs=8, cores=2) == (3, 1)  # asked for more jobs than cores
+
+
+DRIVER = textwrap.dedent("""
+    import os, sys, time
+    from baselines.comparison.compare import run_pool
+
+    def pid_after(seconds):
+        time.sleep(seconds)
+        return os.getpid()
+
+    if __name__ == "__main__":
+        with run_pool(2, 1) as pool:
+            pids = list(pool.map(pid_after, [1.0, 1.0]))  # both busy at once: one pid each
+            print(*pids, flush=True)
+            pool.map(time.sleep, [600, 600])
+            time.sleep(600)
+""")
+
+
+def test_parallel_runs_end_with_the_compare_process(tmp_path):
+    # compare killed (by `timeout`, `kill -9`, the OOM killer): its runs must not go on training unseen
+    (tmp_path / "driver.py").write_text(DRIVER)
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py")], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        workers = [int(pid) for pid in proc.stdout.readline().split()]
+        assert len(set(workers)) == 2 and all(_alive(pid) for pid in workers)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.slow
