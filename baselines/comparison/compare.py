@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -150,8 +151,13 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     cls = learner_class(spec.algo)
     cfg = spec_config(spec)
     t0 = time.perf_counter()
-    cls(cfg).train(resume="auto" if spec.resume else None)
+    learner = cls(cfg)
+    learner.train(resume="auto" if spec.resume else None)
     train_s = time.perf_counter() - t0
+    # its model copies, optimizer state and engine hold several GB on a real model; the evaluation
+    # below loads its own engine, and two runs evaluating side by side must fit in memory together
+    del learner
+    gc.collect()
     metrics = read_metrics(run_dir)
     if spec.resume:  # this call trained only the steps after the checkpoint: count every step's time
         train_s = sum(float(m.get("time_step_s", 0.0)) for m in metrics if "step" in m) or train_s
