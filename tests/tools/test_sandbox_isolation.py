@@ -61,7 +61,7 @@ def tool(request):
             service = sandbox_service(
                 *("--workers", "1", "--timeout", str(TIMEOUT), "--preamble", "math"),
                 *("--memory-mb", "1024", "--fsize-mb", "8", "--nproc", "32"),
-                *(("--uid", str(PRIVATE_UID)) if PRIVATE else ()),
+                *(("--uid", str(PRIVATE_UID)) if PRIVATE_UID is not None else ()),
             )
         with service as (proc, url):
             if url is not None:
