@@ -1,11 +1,12 @@
 """Tree packing: each token that trajectories share is computed once in the learner's forward pass.
 
 A GRPO group shares its prompt; an ARPO/AEPO tree shares its prompt and, for each fork, every
-response token before the branch point. `packing: tree` computes a micro-batch as a walk down its
-trees: each group's prompt once (its keys and values repeated for the group), then the roots'
-responses, then the forks level by level, each fork attending to its parent's cached keys and
-values up to its branch point and computing only its own tokens. Causal attention makes every
-path's logits exactly those of its flat sequence (the cached keys and values keep their autograd
+response token before the branch point. `packing: tree` computes a micro-batch's prompts once,
+keeping their keys and values, then every unshared response token once, packed into rows under a
+tree attention mask: a token sees its prompt and its own path (`mask_logits`). Where the model's
+attention takes no such mask, it walks down the trees instead, each fork attending to its
+parent's cached keys and values up to its branch point (`walk_logits`). Either way every path's
+logits are exactly those of its flat sequence (the cached keys and values keep their autograd
 graph, so gradients are the flat ones too), while the transformer runs over `tree_token_ratio`
 of the flat tokens (docs/algorithms.md §2.12).
 
@@ -52,6 +53,21 @@ def _parents_first(trajs: Sequence[Any], index_of: dict) -> list[int]:
     return done
 
 
+def _lineage(trajs: Sequence[Any]) -> tuple[list[int], dict[int, int | None]]:
+    """Parents-first order, and each trajectory's parent index: None for a root, for a fork
+    whose parent is not in `trajs`, and for one whose prompt differs from its parent's."""
+    index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
+    order = _parents_first(trajs, index_of)
+    parent: dict[int, int | None] = {}
+    for i in order:
+        t = trajs[i]
+        p = index_of.get((t.group_id, t.parent_id)) if t.parent_id is not None else None
+        if p is not None and (p not in parent or list(trajs[p].prompt_ids) != list(t.prompt_ids)):
+            p = None
+        parent[i] = p
+    return order, parent
+
+
 def packed_tokens(trajs: Sequence[Any], width: int | None = None) -> int:
     """How many tokens `walk_logits` computes: each group's distinct prompts once, each root's
     response, and each fork's response from its branch point."""
@@ -76,7 +92,7 @@ class TreePacker:
     def __call__(self, model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
         self.packed += packed_tokens(trajs, width)
         self.flat += sum(len(t.prompt_ids) + min(width, len(t.response_ids)) for t in trajs)
-        return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
+        return tree_logits(model, trajs, width, pad_id=pad_id, device=device)
 
     def take_metrics(self) -> dict[str, float]:
         ratio = self.packed / self.flat if self.flat else 1.0
@@ -84,7 +100,116 @@ class TreePacker:
         return {"tree_token_ratio": ratio}
 
 
+def tree_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
+    """Logits [b, width, vocab] like `response_logits`, each shared token computed once: in one
+    pass over the packed trees (`mask_logits`) where the model takes a custom attention mask, else
+    by the walk through cached keys and values (`walk_logits`)."""
+    if _takes_tree_mask(model):
+        return mask_logits(model, trajs, width, pad_id=pad_id, device=device)
+    return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
 
+
+def _takes_tree_mask(model: Any) -> bool:
+    """Eager and SDPA attention use a 4D mask as given, on every layer; flash and flex attention
+    take none, and a sliding-window layer would get the full-attention mask."""
+    config = model.config
+    layers = getattr(config, "layer_types", None) or ["full_attention"]
+    return (getattr(config, "_attn_implementation", None) in ("eager", "sdpa")
+            and all(kind == "full_attention" for kind in layers))
+
+
+def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any,
+                row_tokens: int | None = None) -> torch.Tensor:
+    """`tree_logits` in two forward passes: each group's distinct prompt once, keeping its keys and
+    values, then packed rows of response tokens. A row holds whole subtrees of one group and
+    prompt: each root's response and each fork's tokens after its branch point, parents first. A
+    token attends to its prompt's cached keys and values and to its own path up to itself (the
+    tree mask of TRL PR #7328, built here from lineage); its position id is its position in its
+    flat sequence, so every logit is the flat one. Only the rows' ends are padded."""
+    order, parent = _lineage(trajs)
+    lens = {i: min(width, len(t.response_ids)) for i, t in enumerate(trajs)}
+    first: dict[int, int] = {}  # response offsets before this are the parent's
+    root: dict[int, int] = {}
+    size: dict[int, int] = {}  # tokens of each root's subtree
+    for i in order:
+        p = parent[i]
+        first[i] = 0 if p is None else min(trajs[i].branch_offset or 0, lens[p], lens[i])
+        root[i] = i if p is None else root[p]
+        size[root[i]] = size.get(root[i], 0) + lens[i] - first[i]
+    owner_of: dict[tuple, int] = {}  # (group, prompt) -> its index in the prompt pass
+    for r in size:
+        owner_of.setdefault((trajs[r].group_id, tuple(trajs[r].prompt_ids)), len(owner_of))
+    passed = prompt_pass(model, [key[1] for key in owner_of], pad_id=pad_id, device=device)
+    if passed is None:
+        return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
+    head, p_mask = passed
+    # subtrees go first fit, largest first, into rows of `row_tokens`, by default 2 x the hidden
+    # size: the dense mask makes a row's attention cost ~L / (6 x hidden) of its dense layers,
+    # so rows that long keep it a third of them (the prompts are not in the rows). Every row is
+    # padded to the longest, so a subtree longer than that sets the rows' length.
+    capacity = max(row_tokens or 2 * model.config.hidden_size, max(size.values(), default=1))
+    owners: list[int] = []  # per row: its prompt's index
+    row_of: dict[int, int] = {}
+    free: dict[int, list[list[int]]] = {}  # per prompt: [row, tokens left]
+    for r in sorted(size, key=lambda r: -size[r]):
+        owner = owner_of[(trajs[r].group_id, tuple(trajs[r].prompt_ids))]
+        room = free.setdefault(owner, [])
+        spot = next((slot for slot in room if slot[1] >= size[r]), None)
+        if spot is None:
+            spot = [len(owners), capacity]
+            room.append(spot)
+            owners.append(owner)
+        row_of[r] = spot[0]
+        spot[1] -= size[r]
+    ids: list[list[int]] = [[] for _ in owners]
+    positions: list[list[int]] = [[] for _ in owners]
+    path: dict[int, list[int]] = {}  # row index of each response offset, per trajectory
+    for i in order:
+        r, t, p, f = row_of[root[i]], trajs[i], parent[i], first[i]
+        start = len(ids[r])
+        path[i] = (path[p][:f] if p is not None else []) + list(range(start, start + lens[i] - f))
+        ids[r] += t.response_ids[f : lens[i]]
+        positions[r] += range(len(t.prompt_ids) + f, len(t.prompt_ids) + lens[i])
+    length = max(1, max(len(row) for row in ids))
+    allowed = torch.zeros((len(owners), length, length), dtype=torch.bool)
+    allowed[:] = torch.eye(length, dtype=torch.bool)  # padding attends to itself
+    for i in order:
+        cols = path[i]
+        if len(cols) > first[i]:
+            idx = torch.tensor(cols)
+            tri = torch.ones((len(cols), len(cols)), dtype=torch.bool).tril()[first[i] :]
+            allowed[row_of[root[i]], idx[first[i] :].unsqueeze(1), idx.unsqueeze(0)] = tri
+    sel = torch.tensor(owners, device=device)
+    allowed = torch.cat([p_mask.bool()[owners].unsqueeze(1).expand(-1, length, -1), allowed], dim=2)
+    if model.config._attn_implementation == "eager":  # eager adds the mask to the scores
+        dtype = getattr(model, "dtype", torch.float32)
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    else:
+        mask = allowed
+    input_ids = torch.full((len(owners), length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((len(owners), length), dtype=torch.long)
+    for r, row in enumerate(ids):
+        input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+        position_ids[r, : len(row)] = torch.tensor(positions[r], dtype=torch.long)
+    cache = head.past_key_values
+    keys = [layer.keys.index_select(0, sel) for layer in cache.layers]
+    values = [layer.values.index_select(0, sel) for layer in cache.layers]
+    out = model(input_ids=input_ids.to(device), attention_mask=mask.unsqueeze(1).to(device),
+                position_ids=position_ids.to(device), past_key_values=_cache(keys, values), use_cache=True)
+    vocab = out.logits.shape[-1]
+    # the rows predicting each response token: a prompt's last position for token 0, then the
+    # token before it on its path
+    logits = torch.cat([head.logits[:, -1], out.logits.reshape(-1, vocab)])
+    take, put = [], []
+    for i in range(len(trajs)):
+        if lens[i]:
+            r = row_of[root[i]]
+            take += [owners[r]] + [len(owner_of) + r * length + j for j in path[i][: lens[i] - 1]]
+            put += range(i * width, i * width + lens[i])
+    flat = logits.new_zeros((len(trajs) * width, vocab))
+    flat = flat.index_copy(0, torch.tensor(put, dtype=torch.long, device=device),
+                           logits.index_select(0, torch.tensor(take, dtype=torch.long, device=device)))
+    return flat.reshape(len(trajs), width, vocab)
 
 
 @dataclass
@@ -115,16 +240,11 @@ def walk_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
     by level, each fork attending to its parent's cached keys and values up to its branch point.
     Causal attention makes this the flat computation; gradients flow through the caches."""
 
-    index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
-    order = _parents_first(trajs, index_of)
+    order, parent = _lineage(trajs)
     depth: dict[int, int] = {}
-    parent: dict[int, int | None] = {}
     for i in order:
-        t = trajs[i]
-        p = index_of.get((t.group_id, t.parent_id)) if t.parent_id is not None else None
-        if p is not None and (p not in depth or list(trajs[p].prompt_ids) != list(t.prompt_ids)):
-            p = None
-        parent[i], depth[i] = p, 0 if p is None else depth[p] + 1
+        p = parent[i]
+        depth[i] = 0 if p is None else depth[p] + 1
     nodes: dict[int, _Node] = {}
     for level in range(max(depth.values()) + 1):
         rows = [i for i in order if depth[i] == level]
@@ -229,4 +349,4 @@ def _forks(model: Any, trajs: list[Any], rows: list[int], width: int, pad_id: in
                          len(trajs[i].prompt_ids), logits)
 
 
-__all__ = ["TreePacker", "packed_tokens", "walk_logits"]
+__all__ = ["TreePacker", "mask_logits", "packed_tokens", "tree_logits", "walk_logits"]

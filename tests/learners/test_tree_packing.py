@@ -1,6 +1,7 @@
-"""Tree packing (the walk down each tree through cached keys and values) gives the flat
-computation's log-probs, loss and gradients (fp32, within 1e-5), with full fine-tuning and with
-LoRA adapters (then the gradients are the adapters').
+"""Tree packing (one pass over the packed trees with a tree attention mask, and the walk down
+each tree through cached keys and values) gives the flat computation's log-probs, loss and
+gradients (fp32, within 1e-5), with full fine-tuning and with LoRA adapters (then the gradients
+are the adapters'), under SDPA and eager attention.
 
 The model is the real tiny Qwen2 built locally; the trees are laid out the way the tree rollout
 records them (a fork's response before `branch_offset` is its parent's).
@@ -14,20 +15,22 @@ import pytest
 import torch
 
 from algorithms.core.logprobs import response_logits, token_logprobs
-from algorithms.core.tree_packing import packed_tokens, walk_logits
+from algorithms.core.tree_packing import mask_logits, packed_tokens, walk_logits
 from algorithms.models.tiny import build_tiny_model
 from algorithms.rollout.trajectory import Trajectory
 
 
-@pytest.fixture(scope="module", params=["full", "lora"])
+@pytest.fixture(scope="module", params=["full", "lora", "eager"])
 def model(request):
     from transformers import AutoModelForCausalLM
 
     from algorithms.models.lora import LoRAConfig, wrap_lora
 
     torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=0), torch_dtype=torch.float32)
-    if request.param == "full":
+    attention = "eager" if request.param == "eager" else "sdpa"  # the tree mask is additive in eager
+    base = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=0), torch_dtype=torch.float32,
+                                                attn_implementation=attention)
+    if request.param != "lora":
         return base
     lora = wrap_lora(base, LoRAConfig(enabled=True, r=4, alpha=8.0))
     with torch.no_grad():  # B starts at zero, which would leave A's gradients zero: nothing to compare
@@ -69,10 +72,14 @@ def loss_of(logits, trajs, width):
     return logp * mask, (-(logp * mask).sum() / mask.sum())
 
 
+def mask_logits_in_short_rows(model, trajs, width, **kw):
+    return mask_logits(model, trajs, width, row_tokens=24, **kw)  # a tree's subtrees split over rows
+
+
 def check_equal(model, trajs):
     width = max(len(t.response_ids) for t in trajs)
     results = []
-    for fn in (response_logits, walk_logits):
+    for fn in (response_logits, walk_logits, mask_logits, mask_logits_in_short_rows):
         model.zero_grad()
         logp, loss = loss_of(fn(model, trajs, width, pad_id=0, device="cpu"), trajs, width)
         loss.backward()
@@ -114,3 +121,17 @@ def test_lineage_not_token_values_decides_sharing():
     a = traj([1, 2, 3], [4, 5, 6], 0, 0)
     b = traj([1, 2, 3], [4, 5, 6], 0, 1)
     assert packed_tokens([a, b]) == 3 + 3 + 3
+
+
+def test_the_mask_route_is_taken_only_where_every_layer_uses_the_mask_as_given():
+    from types import SimpleNamespace
+
+    from algorithms.core.tree_packing import _takes_tree_mask
+
+    def model(attention, layers=None):
+        return SimpleNamespace(config=SimpleNamespace(_attn_implementation=attention, layer_types=layers))
+
+    assert _takes_tree_mask(model("sdpa")) and _takes_tree_mask(model("eager", ["full_attention"] * 2))
+    assert not _takes_tree_mask(model("flash_attention_2"))  # no 4D mask: the walk
+    assert not _takes_tree_mask(model("flex_attention"))
+    assert not _takes_tree_mask(model("sdpa", ["full_attention", "sliding_attention"]))

@@ -9,7 +9,7 @@ trajectories per prompt from N = 2 initial paths with Z = 2, 2 prompts per step)
 turn, each from the same saved weights and optimizer state: A = flat sequences (every token of
 every trajectory computed, as with several processes), A' = flat with each prompt computed once
 through its KV cache (the single-process default), B = `packing: tree` (prompts and fork prefixes
-once). The time is the learner step without the rollout (forward, backward, optimizer step).
+once, the rest packed into rows under a tree attention mask). The time is the learner step without the rollout (forward, backward, optimizer step).
 Printed: the median step time of each, B/A and B/A', and `tree_token_ratio` (packed ÷ flat
 tokens). One thread. A `--model` other than the tiny one reads the env's own system prompt (the
 tiny model's warm-up prompt is for the tiny model only); `--env-kwargs` and `--lora-r` give the
