@@ -143,24 +143,23 @@ def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
     if passed is None:
         return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
     head, p_mask = passed
-    # subtrees go first fit, largest first, into rows of `row_tokens`, by default 2 x the hidden
-    # size: the dense mask makes a row's attention cost ~L / (6 x hidden) of its dense layers,
-    # so rows that long keep it a third of them (the prompts are not in the rows). Every row is
-    # padded to the longest, so a subtree longer than that sets the rows' length.
-    capacity = max(row_tokens or 2 * model.config.hidden_size, max(size.values(), default=1))
+    # each prompt's subtrees go into ceil(tokens / `row_tokens`) rows, by default of 2 x the hidden
+    # size: the dense mask makes a row's attention cost ~L / (6 x hidden) of its dense layers, so
+    # rows that long keep it a third of them (the prompts are not in the rows). Largest first, each
+    # into the emptiest row of its prompt: rows come out near equal, and every row is padded to
+    # the longest.
+    capacity = row_tokens or 2 * model.config.hidden_size
+    subtrees: dict[int, list[int]] = {}  # per prompt: its roots
+    for r in size:
+        subtrees.setdefault(owner_of[(trajs[r].group_id, tuple(trajs[r].prompt_ids))], []).append(r)
     owners: list[int] = []  # per row: its prompt's index
     row_of: dict[int, int] = {}
-    free: dict[int, list[list[int]]] = {}  # per prompt: [row, tokens left]
-    for r in sorted(size, key=lambda r: -size[r]):
-        owner = owner_of[(trajs[r].group_id, tuple(trajs[r].prompt_ids))]
-        room = free.setdefault(owner, [])
-        spot = next((slot for slot in room if slot[1] >= size[r]), None)
-        if spot is None:
-            spot = [len(owners), capacity]
-            room.append(spot)
-            owners.append(owner)
-        row_of[r] = spot[0]
-        spot[1] -= size[r]
+    for owner, roots in subtrees.items():
+        fill = dict.fromkeys(range(len(owners), len(owners) + -(-sum(size[r] for r in roots) // capacity)), 0)
+        owners += [owner] * len(fill)
+        for r in sorted(roots, key=lambda r: -size[r]):
+            row_of[r] = row = min(fill, key=fill.__getitem__)
+            fill[row] += size[r]
     ids: list[list[int]] = [[] for _ in owners]
     positions: list[list[int]] = [[] for _ in owners]
     path: dict[int, list[int]] = {}  # row index of each response offset, per trajectory
