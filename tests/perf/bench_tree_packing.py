@@ -8,13 +8,15 @@ trajectories per prompt from N = 2 initial paths with Z = 2, 2 prompts per step)
 `--batches` batches once. Then three forward passes update the learner on the same batches, in
 turn, each from the same saved weights and optimizer state: A = flat sequences (every token of
 every trajectory computed, as with several processes), A' = flat with each prompt computed once
-through its KV cache (the single-process default), B = `packing: tree` (prompts and fork prefixes
-once, the rest packed into rows under a tree attention mask). The time is the learner step without the rollout (forward, backward, optimizer step).
-Printed: the median step time of each, B/A and B/A', and `tree_token_ratio` (packed ÷ flat
-tokens). One thread. A `--model` other than the tiny one reads the env's own system prompt (the
-tiny model's warm-up prompt is for the tiny model only); `--env-kwargs` and `--lora-r` give the
-env and adapters its run used, e.g. for the SmolLM2 SFT checkpoint (configs/base/smollm2.yaml;
-micro-batches of 8, as there: 16 took 12 GB and met the out-of-memory killer):
+through its KV cache (the single-process default), B = `packing: tree` (prompts and fork
+prefixes once, the rest packed into rows under a tree attention mask). The time is the learner
+step without the rollout (forward, backward, optimizer step). Printed: the median step time of
+each, B/A and B/A', `tree_token_ratio` (packed ÷ flat tokens) and the forks per prompt in the
+batches (the rest of each group are fresh paths). One thread. A `--model` other than the tiny
+one reads the env's own system prompt (the tiny model's warm-up prompt is for the tiny model
+only); `--env-kwargs` and `--lora-r` give the env and adapters its run used, e.g. for the SmolLM2
+SFT checkpoint (configs/base/smollm2.yaml; micro-batches of 8, as there: 16 took 12 GB and met
+the out-of-memory killer):
 
     OMP_NUM_THREADS=1 python tests/perf/bench_tree_packing.py --model runs/sft_smollm2/final_model \\
         --batches 2 --rounds 2 --budget 128 --lora-r 16 --micro-batch-size 8 \\
@@ -69,9 +71,10 @@ def main() -> None:
                      output_dir=tempfile.mkdtemp(), progress=False, tensorboard=False, threads=1,
                      health_checks="off", export_model=False)
     learner = ARPOLearner(cfg)
-    batches = []
+    batches, forks = [], []
     for step in range(args.batches):
-        trajs, _ = learner.collect(step)
+        trajs, metrics = learner.collect(step)
+        forks.append(metrics.get("rollout/forks_per_prompt", 0.0))
         batch = RolloutBatch.from_trajectories(trajs, learner.shape_rewards(trajs))
         batch.advantages, batch.loss_mask = learner.compute_advantages(batch)
         batches.append(batch)
@@ -106,7 +109,8 @@ def main() -> None:
     a, a2, b = statistics.median(plain), statistics.median(flat), statistics.median(tree)
     print(f"learner step on ARPO batches (median of {args.rounds} rounds, process CPU, 1 thread): flat {a:.3f} s, "
           f"flat with shared prompts {a2:.3f} s, tree {b:.3f} s; B/A {b / a:.2f}, B/A' {b / a2:.2f}; "
-          f"tree_token_ratio {statistics.median(ratios):.3f}")
+          f"tree_token_ratio {statistics.median(ratios):.3f}; forks per prompt {statistics.fmean(forks):.2f} "
+          f"of {cfg.group_size - cfg.tree.initial_rollouts} possible")
 
 
 if __name__ == "__main__":
