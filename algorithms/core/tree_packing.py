@@ -118,6 +118,73 @@ def _takes_tree_mask(model: Any) -> bool:
             and all(kind == "full_attention" for kind in layers))
 
 
+@dataclass
+class _Rows:
+    """The packed layout of `mask_logits`: the distinct (group, prompt) pairs, and per row its
+    prompt's index, token ids and position ids; per trajectory its row, its first own response
+    offset (earlier ones are its parent's) and the row index of each response offset."""
+
+    prompts: list[tuple[int, ...]]
+    owners: list[int]
+    ids: list[list[int]]
+    positions: list[list[int]]
+    row: dict[int, int]
+    first: dict[int, int]
+    path: dict[int, list[int]]
+    lens: dict[int, int]
+
+    @classmethod
+    def of(cls, trajs: list[Any], width: int, capacity: int) -> _Rows:
+        order, parent = _lineage(trajs)
+        lens = {i: min(width, len(t.response_ids)) for i, t in enumerate(trajs)}
+        first: dict[int, int] = {}
+        root: dict[int, int] = {}
+        size: dict[int, int] = {}  # tokens of each root's subtree
+        for i in order:
+            p = parent[i]
+            first[i] = 0 if p is None else min(trajs[i].branch_offset or 0, lens[p], lens[i])
+            root[i] = i if p is None else root[p]
+            size[root[i]] = size.get(root[i], 0) + lens[i] - first[i]
+        owner_of: dict[tuple, int] = {}  # (group, prompt) -> its index in the prompt pass
+        subtrees: dict[int, list[int]] = {}  # per prompt: the roots of its subtrees
+        for r in size:
+            owner = owner_of.setdefault((trajs[r].group_id, tuple(trajs[r].prompt_ids)), len(owner_of))
+            subtrees.setdefault(owner, []).append(r)
+        # each prompt's subtrees go into ceil(tokens / capacity) rows; largest first, each into the
+        # emptiest row of its prompt: rows come out near equal, each padded to the longest
+        owners: list[int] = []
+        row_of_root: dict[int, int] = {}
+        for owner, roots in subtrees.items():
+            fill = dict.fromkeys(range(len(owners), len(owners) + -(-sum(size[r] for r in roots) // capacity)), 0)
+            owners += [owner] * len(fill)
+            for r in sorted(roots, key=lambda r: -size[r]):
+                row_of_root[r] = row = min(fill, key=fill.__getitem__)
+                fill[row] += size[r]
+        rows = cls([key[1] for key in owner_of], owners, [[] for _ in owners], [[] for _ in owners], {}, first, {}, lens)
+        for i in order:  # parents first: a fork's path starts with its parent's
+            r, t, p, f = row_of_root[root[i]], trajs[i], parent[i], first[i]
+            start = len(rows.ids[r])
+            rows.row[i] = r
+            rows.path[i] = (rows.path[p][:f] if p is not None else []) + list(range(start, start + lens[i] - f))
+            rows.ids[r] += t.response_ids[f : lens[i]]
+            rows.positions[r] += range(len(t.prompt_ids) + f, len(t.prompt_ids) + lens[i])
+        return rows
+
+    def allowed(self, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """[rows, L, P + L]: True where a token may attend: its prompt (`prompt_mask`, the prompt
+        pass's padding mask) and its own path up to itself; a padding position sees itself."""
+        length = max(1, max(len(row) for row in self.ids))
+        own = torch.eye(length, dtype=torch.bool).repeat(len(self.owners), 1, 1)
+        for i, cols in self.path.items():
+            f = self.first[i]
+            if len(cols) > f:
+                idx = torch.tensor(cols)
+                tri = torch.ones((len(cols), len(cols)), dtype=torch.bool).tril()[f:]
+                own[self.row[i], idx[f:].unsqueeze(1), idx.unsqueeze(0)] = tri
+        prompts = prompt_mask.bool()[self.owners].unsqueeze(1).expand(-1, length, -1)
+        return torch.cat([prompts, own], dim=2)
+
+
 def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any,
                 row_tokens: int | None = None) -> torch.Tensor:
     """`tree_logits` in two forward passes: each group's distinct prompt once, keeping its keys and
@@ -125,71 +192,29 @@ def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
     prompt: each root's response and each fork's tokens after its branch point, parents first. A
     token attends to its prompt's cached keys and values and to its own path up to itself (the
     tree mask of TRL PR #7328, built here from lineage); its position id is its position in its
-    flat sequence, so every logit is the flat one. Only the rows' ends are padded."""
-    order, parent = _lineage(trajs)
-    lens = {i: min(width, len(t.response_ids)) for i, t in enumerate(trajs)}
-    first: dict[int, int] = {}  # response offsets before this are the parent's
-    root: dict[int, int] = {}
-    size: dict[int, int] = {}  # tokens of each root's subtree
-    for i in order:
-        p = parent[i]
-        first[i] = 0 if p is None else min(trajs[i].branch_offset or 0, lens[p], lens[i])
-        root[i] = i if p is None else root[p]
-        size[root[i]] = size.get(root[i], 0) + lens[i] - first[i]
-    owner_of: dict[tuple, int] = {}  # (group, prompt) -> its index in the prompt pass
-    for r in size:
-        owner_of.setdefault((trajs[r].group_id, tuple(trajs[r].prompt_ids)), len(owner_of))
-    passed = prompt_pass(model, [key[1] for key in owner_of], pad_id=pad_id, device=device)
+    flat sequence, so every logit is the flat one. Only the rows' ends are padded.
+
+    Rows hold `row_tokens`, by default 1.5 x the hidden size: the dense mask makes a row's
+    attention cost ~L / (6 x hidden) of its dense layers, so rows that long keep it a quarter of
+    them (of 1, 1.25, 1.5, 2 and 2.5, 1.5 was fastest on the tiny model's ARPO batches)."""
+    rows = _Rows.of(trajs, width, row_tokens or 3 * model.config.hidden_size // 2)
+    passed = prompt_pass(model, rows.prompts, pad_id=pad_id, device=device)
     if passed is None:
         return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
     head, p_mask = passed
-    # each prompt's subtrees go into ceil(tokens / `row_tokens`) rows, by default of 1.5 x the
-    # hidden size: the dense mask makes a row's attention cost ~L / (6 x hidden) of its dense
-    # layers, so rows that long keep it a quarter of them (the prompts are not in the rows; of 1,
-    # 1.25, 1.5, 2 and 2.5, 1.5 was fastest on the tiny model's ARPO batches). Largest first, each
-    # into the emptiest row of its prompt: rows come out near equal, each padded to the longest.
-    capacity = row_tokens or 3 * model.config.hidden_size // 2
-    subtrees: dict[int, list[int]] = {}  # per prompt: its roots
-    for r in size:
-        subtrees.setdefault(owner_of[(trajs[r].group_id, tuple(trajs[r].prompt_ids))], []).append(r)
-    owners: list[int] = []  # per row: its prompt's index
-    row_of: dict[int, int] = {}
-    for owner, roots in subtrees.items():
-        fill = dict.fromkeys(range(len(owners), len(owners) + -(-sum(size[r] for r in roots) // capacity)), 0)
-        owners += [owner] * len(fill)
-        for r in sorted(roots, key=lambda r: -size[r]):
-            row_of[r] = row = min(fill, key=fill.__getitem__)
-            fill[row] += size[r]
-    ids: list[list[int]] = [[] for _ in owners]
-    positions: list[list[int]] = [[] for _ in owners]
-    path: dict[int, list[int]] = {}  # row index of each response offset, per trajectory
-    for i in order:
-        r, t, p, f = row_of[root[i]], trajs[i], parent[i], first[i]
-        start = len(ids[r])
-        path[i] = (path[p][:f] if p is not None else []) + list(range(start, start + lens[i] - f))
-        ids[r] += t.response_ids[f : lens[i]]
-        positions[r] += range(len(t.prompt_ids) + f, len(t.prompt_ids) + lens[i])
-    length = max(1, max(len(row) for row in ids))
-    allowed = torch.zeros((len(owners), length, length), dtype=torch.bool)
-    allowed[:] = torch.eye(length, dtype=torch.bool)  # padding attends to itself
-    for i in order:
-        cols = path[i]
-        if len(cols) > first[i]:
-            idx = torch.tensor(cols)
-            tri = torch.ones((len(cols), len(cols)), dtype=torch.bool).tril()[first[i] :]
-            allowed[row_of[root[i]], idx[first[i] :].unsqueeze(1), idx.unsqueeze(0)] = tri
-    sel = torch.tensor(owners, device=device)
-    allowed = torch.cat([p_mask.bool()[owners].unsqueeze(1).expand(-1, length, -1), allowed], dim=2)
+    allowed = rows.allowed(p_mask)
     if model.config._attn_implementation == "eager":  # eager adds the mask to the scores
         dtype = getattr(model, "dtype", torch.float32)
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     else:
         mask = allowed
-    input_ids = torch.full((len(owners), length), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((len(owners), length), dtype=torch.long)
-    for r, row in enumerate(ids):
+    length = allowed.shape[1]
+    input_ids = torch.full((len(rows.owners), length), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((len(rows.owners), length), dtype=torch.long)
+    for r, row in enumerate(rows.ids):
         input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
-        position_ids[r, : len(row)] = torch.tensor(positions[r], dtype=torch.long)
+        position_ids[r, : len(row)] = torch.tensor(rows.positions[r], dtype=torch.long)
+    sel = torch.tensor(rows.owners, device=device)
     cache = head.past_key_values
     keys = [layer.keys.index_select(0, sel) for layer in cache.layers]
     values = [layer.values.index_select(0, sel) for layer in cache.layers]
@@ -201,10 +226,11 @@ def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
     logits = torch.cat([head.logits[:, -1], out.logits.reshape(-1, vocab)])
     take, put = [], []
     for i in range(len(trajs)):
-        if lens[i]:
-            r = row_of[root[i]]
-            take += [owners[r]] + [len(owner_of) + r * length + j for j in path[i][: lens[i] - 1]]
-            put += range(i * width, i * width + lens[i])
+        n = rows.lens[i]
+        if n:
+            r = rows.row[i]
+            take += [rows.owners[r]] + [len(rows.prompts) + r * length + j for j in rows.path[i][: n - 1]]
+            put += range(i * width, i * width + n)
     flat = logits.new_zeros((len(trajs) * width, vocab))
     flat = flat.index_copy(0, torch.tensor(put, dtype=torch.long, device=device),
                            logits.index_select(0, torch.tensor(take, dtype=torch.long, device=device)))
