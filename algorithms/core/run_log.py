@@ -1,5 +1,5 @@
-"""Where a training run's numbers go: JSONL, TensorBoard, W&B (when installed and asked), a rich
-progress bar, and a PNG of the curves at the end.
+"""Where a training run's numbers go: JSONL, TensorBoard, W&B (when installed and asked), its
+progress (a bar on a terminal, plain lines in a log file), and a PNG of the curves at the end.
 
     >>> import tempfile
     >>> from algorithms.core.run_log import RunLogger, read_metrics
@@ -22,6 +22,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from algorithms.base.progress import Progress
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
@@ -120,19 +122,7 @@ class RunLogger:
                 project=wandb_project, config=dict(config), dir=str(self.run_dir), resume="allow"
             )
         if progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[stats]}"),
-            )
-            self._progress.start()
-            self._task = self._progress.add_task(
-                "train", total=total_steps, completed=resume_step or 0, stats=""
-            )
+            self._progress = Progress("train", total=total_steps, completed=resume_step or 0)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         if not self.enabled:
@@ -148,14 +138,14 @@ class RunLogger:
             self._wandb.log(numeric, step=step)
         if self._progress is not None:
             stats = " ".join(f"{label}={numeric[k]:.3g}" for k, label in BAR_FIELDS if k in numeric)
-            self._progress.update(self._task, completed=step, stats=stats)
+            self._progress.update(step, stats)
 
     def close(self, *, plot: bool = True) -> Path | None:
         """Flush everything; draw `curves.png`. Returns the plot's path when one was drawn."""
         if not self.enabled:
             return None
         if self._progress is not None:
-            self._progress.stop()
+            self._progress.close()
             self._progress = None
         self._file.close()
         if self._tb is not None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from algorithms.base.progress import Progress
 from algorithms.base.seeds import request_seed
 from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
 from algorithms.rollout.trajectory import Trajectory
@@ -395,21 +396,17 @@ async def run_episodes(
     finish = None
     bar = None
     if progress:
-        from rich.progress import Progress
-
-        bar = Progress(transient=True)
-        bar.start()
-        job = bar.add_task("episodes", total=len(paths))
+        bar = Progress("episodes", total=len(paths), transient=True)
 
         def finish(_: EpisodeBranch) -> None:
-            bar.advance(job)
+            bar.advance()
 
     try:
         await run_paths(engine, paths, params, budget, batch_wait_s=batch_wait_s,
                         batch_max_wait_s=batch_max_wait_s, on_finish=finish)
     finally:
         if bar is not None:
-            bar.stop()
+            bar.close()
     return [p.to_trajectory() for p in paths]
 
 

@@ -33,3 +33,32 @@ def test_plot_draws_the_average_solid_over_the_faint_raw_values(tmp_path):
         log.log(step, {"reward_mean": value})
     out = log.close(plot=True)
     assert out == plot_curves(tmp_path) and out.stat().st_size > 0
+
+
+def test_progress_in_a_log_file_is_plain_lines_at_the_first_step_then_sparse_and_at_the_last(tmp_path, capsys):
+    """Output that is not a terminal (a log file, a pipe) would show a rich bar only when it ends."""
+    log = RunLogger(tmp_path, config={}, total_steps=5, tensorboard=False, progress=True)
+    for step in range(1, 6):
+        log.log(step, {"reward_mean": step / 10, "entropy": 0.25})
+    log.close(plot=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" elapsed")[0] for line in lines] == ["train 1/5 (20%)", "train 5/5 (100%)"]
+    assert lines[0].endswith("reward=0.1 H=0.25") and lines[1].endswith("reward=0.5 H=0.25")
+
+
+def test_progress_lines_come_every_so_often_with_the_time_left_from_this_run_s_own_rate():
+    import io
+
+    from algorithms.base.progress import Progress
+
+    now, out = [100.0], io.StringIO()
+    bar = Progress("train", total=10, completed=4, stream=out, every_s=30, clock=lambda: now[0])
+    for _ in range(4):  # resumed at step 4; 20 s a step from here
+        now[0] += 20
+        bar.advance()
+    bar.close()  # stopped at 8 of 10, between two lines: the last line says where
+    assert out.getvalue().splitlines() == [
+        "train 5/10 (50%) elapsed 20s, left ~1m40s",
+        "train 7/10 (70%) elapsed 1m00s, left ~1m00s",
+        "train 8/10 (80%) elapsed 1m20s, left ~40s",
+    ]
