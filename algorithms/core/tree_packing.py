@@ -69,16 +69,13 @@ def _lineage(trajs: Sequence[Any]) -> tuple[list[int], dict[int, int | None]]:
 
 
 def packed_tokens(trajs: Sequence[Any], width: int | None = None) -> int:
-    """How many tokens `walk_logits` computes: each group's distinct prompts once, each root's
-    response, and each fork's response from its branch point."""
-    index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
-    prompts = {(t.group_id, tuple(t.prompt_ids)) for t in trajs}
-    total = sum(len(p) for _, p in prompts)
-    for t in trajs:
+    """How many tokens a tree-packed pass computes: each group's distinct prompts once, each
+    root's response, and each fork's response from its branch point."""
+    _, parent = _lineage(trajs)
+    total = sum(len(p) for _, p in {(t.group_id, tuple(t.prompt_ids)) for t in trajs})
+    for i, t in enumerate(trajs):
         n = len(t.response_ids) if width is None else min(width, len(t.response_ids))
-        p = index_of.get((t.group_id, t.parent_id)) if t.parent_id is not None else None
-        shares = p is not None and list(trajs[p].prompt_ids) == list(t.prompt_ids)
-        total += n - (min(t.branch_offset or 0, n) if shares else 0)
+        total += n - (min(t.branch_offset or 0, n) if parent[i] is not None else 0)
     return total
 
 
