@@ -18,6 +18,8 @@ report, with where the texts part.
     >>> [traj] = s.trajectories
     >>> traj.loss_mask, s.drift  # sampled, the 11 characters of "<t>5</t><a>" observed, sampled
     ([1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [])
+    >>> traj.calls, traj.observations
+    (2, 1)
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class StitchedTrajectory:
     logprobs: list[float] = field(default_factory=list)
     segment_starts: list[int] = field(default_factory=list)
     calls: int = 0
+    observations: int = 0  # times the agent fed text back before calling again: its tool results
     finish_reason: str = ""
 
     @property
@@ -97,6 +100,8 @@ class Session:
             if rendered.startswith(full):
                 new = rendered[len(full):]
                 new_ids = tokenize(new) if new else []
+                if new and traj.calls:
+                    traj.observations += 1
                 traj.text += new
                 traj.response_ids += new_ids
                 traj.loss_mask += [0] * len(new_ids)
@@ -129,7 +134,8 @@ class Session:
             "session": self.name, "calls": self.calls, "branches": len(self.trajectories),
             "reward": self.reward, "group": self.group, "drift": [d.as_dict() for d in self.drift],
             "trajectories": [{"prompt_ids": t.prompt_ids, "response_ids": t.response_ids, "loss_mask": t.loss_mask,
-                              "logprobs": t.logprobs, "calls": t.calls} for t in self.trajectories],
+                              "logprobs": t.logprobs, "calls": t.calls, "observations": t.observations}
+                             for t in self.trajectories],
         }
 
 
@@ -189,7 +195,9 @@ def to_trajectories(sessions: Sequence[Session], first_traj_id: int = 0) -> list
     """Rewarded sessions as learner `Trajectory` records, one per branch.
 
     Sessions whose first prompt is the same token sequence form one group (GRPO's groups: several
-    attempts at one task); a session's `group`, when posted with its reward, overrides that.
+    attempts at one task); a session's `group`, when posted with its reward, overrides that. A
+    branch's `tool_calls` counts the times the agent fed text back into it before calling the model
+    again: its tool results (a user turn in between counts too; the gateway sees only text).
     """
     from algorithms.rollout.trajectory import Trajectory
 
@@ -203,7 +211,7 @@ def to_trajectories(sessions: Sequence[Session], first_traj_id: int = 0) -> list
                 prompt_ids=list(traj.prompt_ids), response_ids=list(traj.response_ids),
                 loss_mask=list(traj.loss_mask), logprobs=list(traj.logprobs),
                 reward=float(session.reward or 0.0), components=dict(session.components), group_id=group,
-                task_id=session.name, terminated=traj.finish_reason != "length",
+                task_id=session.name, tool_calls=traj.observations, terminated=traj.finish_reason != "length",
                 truncated=traj.finish_reason == "length", finish_reason=traj.finish_reason,
                 end_reason="length" if traj.finish_reason == "length" else "gateway",
                 segment_starts=list(traj.segment_starts), traj_id=first_traj_id + len(out),

@@ -123,8 +123,11 @@ def test_stitched_trajectories_hold_exactly_the_engines_tokens(engine, tmp_path)
             assert ("<result>" in text) == (traj.calls > 1)
         assert multi_call, "no episode called the tool: the test saw no stitching"
         trajs = to_trajectories([sessions.get(t["session"]) for t in tasks])
-        for t in trajs:
+        for t, task in zip(trajs, tasks, strict=True):
             t.validate()
+            [traj] = sessions.get(task["session"]).trajectories
+            observed = engine.tokenizer.decode([i for i, m in zip(t.response_ids, t.loss_mask, strict=True) if not m])
+            assert t.tool_calls == traj.calls - 1 == observed.count("<result>")  # each result fed back once
         assert len({t.group_id for t in trajs}) == 3  # three different prompts: three groups
     finally:
         running.close()
