@@ -33,7 +33,8 @@ class Progress:
     """`update(completed, stats)` / `advance(n)` as work finishes; `close()` at the end.
 
     `completed` starts where a resumed run starts; the time left is estimated from the rate since
-    this object was made, so a resumed run's earlier steps do not skew it. `transient` bars vanish
+    this object was made, so a resumed run's earlier steps do not skew it, and shown once a tenth
+    of the work is done (episodes finish in batches: the first one says little of the rest). `transient` bars vanish
     from a terminal when closed (plain lines stay: a log keeps what it was told).
     """
 
@@ -86,7 +87,8 @@ class Progress:
         done = self.completed - self._start_count
         line = f"{self.label} {self.completed}/{self.total} ({100 * self.completed // max(self.total, 1)}%) " \
                f"elapsed {_duration(elapsed)}"
-        if done > 0 and self.completed < self.total:
+        # work that finishes in batches (episodes) gives no rate to trust until a tenth is done
+        if done > 0 and done * 10 >= self.total - self._start_count and self.completed < self.total:
             line += f", left ~{_duration(elapsed / done * (self.total - self.completed))}"
         if self._stats:
             line += f"  {self._stats}"

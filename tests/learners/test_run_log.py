@@ -62,3 +62,20 @@ def test_progress_lines_come_every_so_often_with_the_time_left_from_this_run_s_o
         "train 7/10 (70%) elapsed 1m00s, left ~1m00s",
         "train 8/10 (80%) elapsed 1m20s, left ~40s",
     ]
+
+
+def test_progress_gives_no_time_left_before_a_tenth_of_the_work_is_done():
+    """Episodes finish in batches: the first one, minutes in, says little of the other 255."""
+    import io
+
+    from algorithms.base.progress import Progress
+
+    now, out = [0.0], io.StringIO()
+    bar = Progress("episodes", total=256, stream=out, every_s=30, clock=lambda: now[0])
+    now[0] = 285
+    bar.advance()
+    now[0] = 517
+    bar.advance(79)
+    bar.close()
+    assert out.getvalue().splitlines() == ["episodes 1/256 (0%) elapsed 4m45s",
+                                           "episodes 80/256 (31%) elapsed 8m37s, left ~18m57s"]
