@@ -178,7 +178,8 @@ def test_real_model_summary_matches_its_page() -> None:
     rows = {row["model"].split(" (")[0]: row for row in _table("docs/real-model.md", "model")}
     sft, grpo, arpo, ratio = _find(
         r"SFT ([\d.]+) held-out sampled accuracy, then ([\d.]+) after \d+ GRPO steps and ([\d.]+) after \d+\s+"
-        r"ARPO steps.*?ARPO running ([\d.]+)× GRPO's tool calls", README, "README's real-model summary").groups()
+        r"ARPO steps.*?ARPO running ([\d.]+)× GRPO's tool calls", " ".join(README.split()),
+        "README's real-model summary").groups()  # the sentence may wrap anywhere
     sampled = {name: _number(rows[name]["sampled"]) for name in ("SFT", "GRPO", "ARPO")}
     assert [float(sft), float(grpo), float(arpo)] == [round(sampled[n], 2) for n in ("SFT", "GRPO", "ARPO")], (
         f"README: {sft}, {grpo}, {arpo}; docs/real-model.md's sampled column: {sampled}")
