@@ -34,8 +34,8 @@ class Progress:
 
     `completed` starts where a resumed run starts; the time left is estimated from the rate since
     this object was made, so a resumed run's earlier steps do not skew it, and shown once a tenth
-    of the work is done (episodes finish in batches: the first one says little of the rest). `transient` bars vanish
-    from a terminal when closed (plain lines stay: a log keeps what it was told).
+    of the work is done (episodes finish in batches: the first one says little of the rest).
+    `transient` bars vanish from a terminal when closed (plain lines stay: a log keeps them).
     """
 
     def __init__(self, label: str, total: int, completed: int = 0, *, transient: bool = False,
