@@ -79,3 +79,22 @@ def test_progress_gives_no_time_left_before_a_tenth_of_the_work_is_done():
     bar.close()
     assert out.getvalue().splitlines() == ["episodes 1/256 (0%) elapsed 4m45s",
                                            "episodes 80/256 (31%) elapsed 8m37s, left ~18m57s"]
+
+
+def test_progress_says_it_is_still_going_when_no_work_finishes_for_a_while():
+    """A batch of episodes can take minutes to finish: a log still gets a line every so often."""
+    import io
+    import time
+
+    from algorithms.base.progress import Progress
+
+    out = io.StringIO()
+    bar = Progress("episodes", total=8, stream=out, every_s=0.05)
+    deadline = time.monotonic() + 10
+    while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("episodes 0/8 (0%) elapsed ") for line in lines)
+    time.sleep(0.2)  # closed: no more lines
+    assert out.getvalue().splitlines() == lines
