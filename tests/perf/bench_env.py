@@ -1,6 +1,10 @@
 """Env step costs, side by side with GEM 0.1.0 (`gem-llm`), the closest peer, when it is there.
 
-    python tests/perf/bench_env.py [--peer-python PATH] [--repeat 2000] [--rounds 50] [--blocks 5]
+    taskset -c 1 python tests/perf/bench_env.py [--peer-python PATH] [--repeat 2000] [--rounds 50]
+        [--blocks 5] [--without-rules]
+
+`taskset -c 1` keeps every process of the run on one core, where the ratios hold still from run
+to run (unpinned, the scheduler moving the processes moved them by up to 0.2).
 
 What is timed (medians of wall clock and of process CPU time, one thread per side):
 - an answer step right after `reset`: the task's golden answer as `<think>..</think><answer>
@@ -18,6 +22,10 @@ runs in its own process, started by this script; the sides take turns measure by
 goes first swaps every block, so machine load hits both alike; the load average is printed before
 and after. Without GEM, the B side is our own floor: grading the same answer with the reward
 recipe alone, and Gymnasium's `SyncVectorEnv` of the same id.
+
+`--without-rules` adds a third side, ours with the format rule and the action parse replaced by
+constants (an experiment, not a configuration: every answer then counts as well formed), on the
+QA step and the vector step: what a step costs without two of its rules, against GEM.
 """
 
 from __future__ import annotations
@@ -74,12 +82,15 @@ class Clock:
 class Ours:
     """Our envs through `gymnasium.make`, and the in-process baselines of the no-peer mode."""
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, without_rules: bool = False) -> None:
         os.environ.setdefault("AGENT_ENVS_DATA_DIR", data_dir)
         import gymnasium as gym
 
         import agent_envs  # noqa: F401  (registers the ids)
         from agent_envs.core.vector import ToolVectorEnv
+
+        if without_rules:
+            _drop_rules()
 
         self.gym, self.vector = gym, ToolVectorEnv
         self.envs = {"qa": gym.make("AgentQA-HotpotQA-v0"), "math": gym.make("AgentMath-MATH500-v0")}
@@ -125,6 +136,17 @@ class Ours:
                 out = venv.step(actions)
             rewards.append(float(out[1].mean()))
         return {**times.samples("step"), "reward": statistics.fmean(rewards)}
+
+
+def _drop_rules() -> None:
+    """In this worker process only: the inline tag protocol's format rule and action parse become
+    constants (every action an answer, every response well formed), the rest of the step as
+    shipped."""
+    from agent_envs.core.protocols.arpo import ArpoTags
+    from agent_envs.core.protocols.base import ParsedAction
+
+    ArpoTags.check_format = lambda self, response, prefill="": (True, None)
+    ArpoTags.parse = lambda self, action, tools: ParsedAction("answer", action, None, None, None, ())
 
 
 class Gem:
@@ -189,7 +211,7 @@ class Gem:
 
 def serve(side: str, data_dir: str) -> None:
     """Worker loop: one JSON request per stdin line, one JSON answer per stdout line."""
-    worker = Ours(data_dir) if side == "ours" else Gem(data_dir)
+    worker = Gem(data_dir) if side == "gem" else Ours(data_dir, without_rules=side == "ours-bare")
     out = sys.stdout
     sys.stdout = sys.stderr  # libraries that print must not corrupt the answers
     out.write("ready\n")
@@ -261,7 +283,9 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=5, help="turns each side takes (A, B, A, B, ...)")
     parser.add_argument("--data-dir", default=None,
                         help="benchmark data folder (default: $AGENT_ENVS_DATA_DIR, else shared/data beside the repository)")
-    parser.add_argument("--serve", choices=("ours", "gem"), help=argparse.SUPPRESS)
+    parser.add_argument("--without-rules", action="store_true",
+                        help="also time our QA and vector steps with the format rule and the parse replaced by constants")
+    parser.add_argument("--serve", choices=("ours", "ours-bare", "gem"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     data_dir = args.data_dir or os.environ.get("AGENT_ENVS_DATA_DIR") or str(REPO.parent / "shared" / "data")
     if not data_dir or not os.path.isdir(data_dir):
@@ -275,6 +299,7 @@ def main() -> None:
         peer = sys.executable if importlib.util.find_spec("gem") else None
     ours = Side(sys.executable, "ours", data_dir)
     gem = Side(peer, "gem", data_dir) if peer else None
+    bare = Side(sys.executable, "ours-bare", data_dir) if args.without_rules else None
     print(load())
     n, r = max(1, args.repeat // args.blocks), max(1, args.rounds // args.blocks)
     for b in range(args.blocks):
@@ -293,15 +318,20 @@ def main() -> None:
             pairs = [p for mine, other in zip(pairs, theirs, strict=True) for p in (mine, (gem, other))]
             pairs.append((gem, dict(name="math_inproc", call="steps", kind="math_inproc", n=max(1, n // 10),
                                     start=b * n)))
+        if bare is not None:
+            pairs += [(bare, dict(name="qa", call="steps", kind="qa", n=n, start=b * n)),
+                      (bare, dict(name="vec", call="vec", rounds=r, start=b * r))]
         for side, request in pairs if b % 2 == 0 else _swapped(pairs):
             side.ask(**request)
         for kind in WORLD_IDS:
             ours.ask(name=kind, call="steps", kind=kind, n=n, start=b * n)
     report(ours, gem, args)
+    if bare is not None:
+        report_without_rules(ours, bare, gem)
     print(load())
-    ours.close()
-    if gem is not None:
-        gem.close()
+    for side in (ours, gem, bare):
+        if side is not None:
+            side.close()
 
 
 def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
@@ -345,6 +375,18 @@ def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
     for env_id in WORLD_IDS:
         print(f"{env_id:<24} reset(seed) {ours.median_us(env_id, 'reset'):6.1f} us answer {ours.median_us(env_id):6.1f} us"
               f"   reset(seed) {ours.median_us(env_id, 'reset_cpu'):6.1f} us answer {ours.median_us(env_id, 'step_cpu'):6.1f} us")
+
+
+def report_without_rules(ours: Side, bare: Side, gem: Side | None) -> None:
+    if bare.reward("qa") != 1.0 or bare.reward("vec") != 1.0:
+        raise SystemExit("our answers without the format rule and parse did not all earn 1: the benchmark is broken")
+    b_side, b_name = (gem, "GEM") if gem else (ours, "ours")
+    step, b_step = bare.median_us("qa", "step_cpu"), b_side.median_us("qa", "step_cpu")
+    vec = N_VEC / statistics.median(bare.samples["vec"]["step_cpu"])
+    b_vec = N_VEC / statistics.median(b_side.samples["vec"]["step_cpu"])
+    print(f"\nours without the format rule and parse (process CPU time), against {b_name}:")
+    print(f"  QA answer step {step:6.1f} us against {b_step:6.1f} us: {b_step / step:.2f}x")
+    print(f"  64 QA envs     {vec:6.0f} st/s against {b_vec:6.0f} st/s: {vec / b_vec:.2f}x")
 
 
 if __name__ == "__main__":
