@@ -67,12 +67,20 @@ def _train(args: argparse.Namespace) -> int:
         preflight_learner(cfg)
         start = resolve_resume(args.resume_from or args.resume, cfg.output_dir)
     except (*USER_ERRORS, CheckpointError) as exc:  # the message names the key, file and line
-        raise SystemExit(f"train: {type(exc).__name__}: {exc}") from exc
+        raise SystemExit(f"train: {_mistake(exc)}") from exc
     try:
         cls(cfg).train(resume=start)
     except CheckpointError as exc:  # a full disk: the message says which checkpoint is intact
         raise SystemExit(f"train: {exc}") from exc
     return 0
+
+
+def _mistake(exc: Exception) -> str:
+    """A config error as one line: a `UserError`'s message says it all; another error's type
+    (`ValueError`, `FileNotFoundError`, ...) tells what kind of check failed."""
+    from agent_envs.base.config import UserError
+
+    return str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
 
 
 def _with_env(args: argparse.Namespace) -> list[str]:
@@ -106,7 +114,7 @@ def _sft(args: argparse.Namespace) -> int:
         cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         preflight_sft(cfg)
     except USER_ERRORS as exc:
-        raise SystemExit(f"sft: {type(exc).__name__}: {exc}") from exc
+        raise SystemExit(f"sft: {_mistake(exc)}") from exc
     result = run_sft(cfg, preflight=False)
     print(json.dumps(result, indent=1))
     return 0

@@ -99,7 +99,7 @@ def test_train_missing_model_env_and_checkpoint(tmp_path, capsys):
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "env=AgentMath-v1"],
            "config field 'env': 'AgentMath-v1' is not a registered env id (did you mean 'AgentMath-v0'?)")  # fmt: skip
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "env_kwargs.max_tool_cals=2"],
-           "env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?)")  # fmt: skip
+           "train: env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?)")  # fmt: skip
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "env_kwargs.world.dificulty=2"],
            "unknown config key 'env_kwargs.world.dificulty' (did you mean 'difficulty'?)")  # fmt: skip
     _fails(capsys, [*TRAIN, f"output_dir={tmp_path}", "--resume-from", str(tmp_path / "elsewhere")],
