@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,9 +22,32 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port on 127.0.0.1 that is free when checked, drawn below the kernel's ephemeral range.
+
+    A port from `bind(("127.0.0.1", 0))` comes from that range, and so does the local port of every
+    outgoing connection on the machine: between this check and the server's own bind, another
+    test worker's client (a load test opens thousands) can take it, and the server fails with
+    EADDRINUSE. Below the range only another `free_port` can collide."""
+    low = _ephemeral_low()
+    draw = random.Random()  # not the global one, which tests seed
+    for _ in range(200):
+        port = draw.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # all taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def vllm_command(model: str | Path, name: str, port: int, *extra: str) -> list[str]:

@@ -25,6 +25,7 @@ import pytest
 
 from algorithms.rollout.engine import SamplingParams, Segment
 from baselines.evaluation.evaluate import EvalConfig, _run, evaluate, replay
+from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = "corpus/wiki_multihop_mini.jsonl"
@@ -66,15 +67,9 @@ class SearchThenAnswer:
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def retriever(shared_data: Path, tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "agent_envs.cli", "serve-retriever", "--corpus", str(shared_data / CORPUS),
            "--port", str(port), "--cache-dir", str(tmp_path / "index")]
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -21,6 +21,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.servers`, which it imports
 
 from reliability_support import CORPUS, listen_overflows, questions, retriever_process, sharp_burst  # noqa: E402
 

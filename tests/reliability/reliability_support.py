@@ -33,6 +33,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from tests.servers import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = "corpus/wiki_multihop_mini.jsonl"
 HOTPOT = "hotpotqa/dev_500_ircot_with_contexts.jsonl"
@@ -50,12 +52,6 @@ FAULTS: dict[str, tuple[str, str, bool]] = {
     "wrong_shape": ("bad_response", "no 'result' list", False),
     "not_http": ("bad_response", "malformed HTTP response", False),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def start_app(app: web.Application, port: int = 0) -> tuple[web.AppRunner, str]:

@@ -30,6 +30,7 @@ from agent_envs.core.env import ToolEnv
 from agent_envs.tools.mcp import McpCallError, McpConnection, McpTool, McpToolset, TaskToolFilter
 from agent_envs.tools.recording import ToolRecording
 from agent_envs.worlds import ArithmeticConfig, ArithmeticWorld
+from tests.servers import free_port
 
 pytest.importorskip("mcp", reason="the MCP tests need the `mcp` extra (pip install -e '.[mcp]')")
 
@@ -143,14 +144,8 @@ async def test_astep_on_the_callers_loop(ours):
     assert reward == 1.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_our_server_over_streamable_http():
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*SERVE, "--tools", "python", "--transport", "http", "--port", str(port)],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
