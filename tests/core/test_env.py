@@ -239,6 +239,14 @@ def test_fork_is_independent_and_shares_history():
     assert env.task.id == "m0" and env.state.done
 
 
+def test_forks_draw_from_generators_of_their_own():
+    env = make_env()
+    env.reset(seed=3, options={"index": 0})
+    forks = [env.fork() for _ in range(3)]
+    draws = [f.np_random.random() for f in forks]
+    assert len(set(draws)) == 3 and env.np_random.random() not in draws
+
+
 def test_json_protocol_episode():
     env = make_env(protocol="json")
     env.reset(options={"index": 0})

@@ -83,6 +83,19 @@ def test_branches_after_a_python_result_see_only_their_own_state(tool):
     assert leftovers(tool) == []  # each episode's end closed its interpreter
 
 
+def test_forks_without_a_seed_each_draw_their_own_numbers(tool):
+    # The tree rollout forks with no seed: each branch must still get a seed of its own, or every
+    # branch of a sampling program computes the same "random" result.
+    env = session_env(tool)
+    env.reset(seed=0)
+    env.step(python("import random\nrandom.seed(0)\nprint('seeded')"))
+    forks = [env.fork() for _ in range(3)]
+    draws = [observed(f.step(python("print(random.random())"))[0]) for f in forks]
+    assert len(set(draws)) == 3, draws
+    for e in (env, *forks):
+        e.close()
+
+
 def test_branches_run_concurrently_through_astep(tool):
     async def main() -> list[str]:
         env = session_env(tool)
