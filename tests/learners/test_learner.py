@@ -273,3 +273,39 @@ def test_shared_prompt_pass_equals_full_passes(tmp_path, monkeypatch):
     assert torch.allclose(ent_a[real], ent_b[real], atol=1e-5)
     assert g_a.norm() > 0
     assert torch.allclose(g_a, g_b, atol=1e-5 * float(g_a.abs().max()))
+
+
+def test_a_lora_step_moves_the_adapters_and_the_hf_engine_samples_them(tmp_path):
+    """With LoRA the HF engine decodes with its own merged copy: after a step whose rewards spread
+    (so the gradient is not zero and LoRA B leaves zero), the pushed engine's log-probs are the
+    learner's, and differ from the base model's."""
+    from algorithms.models.lora import LoRAConfig
+    from algorithms.rollout.engine import SamplingParams
+
+    learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path), lora=LoRAConfig(enabled=True, r=4, alpha=8.0), lr=1e-2,
+                                health_checks="off"))  # scripted log-probs are not the model's
+    module = learner.accelerator.unwrap_model(learner.model)
+    assert learner.engine.model is not module  # its own copy: only the push can update it
+    bs = {n: p.detach().clone() for n, p in module.named_parameters() if ".lora_B." in n}
+    assert bs and all(not b.any() for b in bs.values())  # B starts at zero: merged = base
+    [metrics] = learner.train()
+    assert metrics["grad_norm"] > 0
+    assert any(p.any() for n, p in module.named_parameters() if ".lora_B." in n)
+
+    prompts = [[1, 5, 7, 9, 11], [3, 4, 4, 8, 20, 11]]
+    segs = learner.engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=12, seed=3))
+
+    def logprobs(prompt, response):
+        ids = torch.tensor([prompt + response])
+        with torch.no_grad():
+            logits = module(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        return torch.log_softmax(logits, -1).gather(1, torch.tensor(response)[:, None])[:, 0]
+
+    def gap(seg_lps, lps):
+        return float((torch.tensor(seg_lps) - lps).abs().max())
+
+    module.eval()
+    to_learner = max(gap(s.logprobs, logprobs(p, s.token_ids)) for p, s in zip(prompts, segs, strict=True))
+    with module.disable_adapter():
+        to_base = max(gap(s.logprobs, logprobs(p, s.token_ids)) for p, s in zip(prompts, segs, strict=True))
+    assert to_learner < 2e-3 < 10 * 2e-3 < to_base

@@ -20,10 +20,10 @@ from algorithms.rollout.tree_config import TreeConfig
 pytestmark = pytest.mark.slow
 
 
-def common(tmp, **kw):
+def common(tmp, max_response_tokens=64, **kw):
     return dict(model=str(build_tiny_model(seed=0, warmup_steps=150)), env="AgentMath-v0",
                 env_kwargs={"system_prompt": WARMUP_SYSTEM_PROMPT, "max_tool_calls": 2}, engine="hf",
-                prompts_per_step=2, group_size=4, max_response_tokens=64, lr=1e-3, output_dir=str(tmp),
+                prompts_per_step=2, group_size=4, max_response_tokens=max_response_tokens, lr=1e-3, output_dir=str(tmp),
                 progress=False, tensorboard=False, threads=1, health_checks="fatal", **kw)
 
 
@@ -33,15 +33,19 @@ def adapters(learner):
 
 
 def test_lora_trains_only_adapters_and_resumes_exactly(tmp_path):
-    lora = LoRAConfig(enabled=True, r=4, alpha=8.0)
-    full = GRPOLearner(GRPOConfig(**common(tmp_path / "full", lora=lora, total_steps=2, save_every=1)))
+    # 192 tokens: room to answer, so rewards differ within a group (at 64 every response was cut
+    # off, all rewards -1, the gradient 0, and LoRA B stayed 0: merged weights equal to the base)
+    lora, room = LoRAConfig(enabled=True, r=4, alpha=8.0), 192
+    full = GRPOLearner(GRPOConfig(**common(tmp_path / "full", room, lora=lora, total_steps=2, save_every=1)))
     module = full.accelerator.unwrap_model(full.model)
     frozen = {n: p.detach().clone() for n, p in module.named_parameters() if ".lora_" not in n}
     start = adapters(full)
-    full.train()
+    assert all(not t.any() for n, t in start.items() if ".lora_B." in n)
+    logged = full.train()
+    assert all(m["grad_norm"] > 0 for m in logged), "a step with no gradient: its rewards did not differ"
     assert all(torch.equal(p.detach(), frozen[n]) for n, p in module.named_parameters() if ".lora_" not in n)
-    moved = [n for n, t in adapters(full).items() if not torch.equal(t, start[n])]
-    assert moved, "no adapter moved in two steps"
+    moved = [n for n, t in adapters(full).items() if ".lora_B." in n and t.any()]
+    assert moved, "LoRA B is still zero after two steps: the merged policy is the base model"
 
     from transformers import AutoModelForCausalLM
 
@@ -52,9 +56,12 @@ def test_lora_trains_only_adapters_and_resumes_exactly(tmp_path):
     assert engine_model is not module
     merged = exported.state_dict()
     assert all(torch.allclose(t, merged[n], atol=1e-6) for n, t in engine_model.state_dict().items())
+    base = {n.replace("base_model.model.", "").replace(".base_layer", ""): t for n, t in frozen.items()}
+    changed = [n for n in merged.keys() & base.keys() if not torch.equal(merged[n], base[n])]
+    assert changed, "the exported policy is the base model"
 
-    GRPOLearner(GRPOConfig(**common(tmp_path / "cut", lora=lora, total_steps=1, save_every=1))).train()
-    resumed = GRPOLearner(GRPOConfig(**common(tmp_path / "cut", lora=lora, total_steps=2, save_every=1)))
+    GRPOLearner(GRPOConfig(**common(tmp_path / "cut", room, lora=lora, total_steps=1, save_every=1))).train()
+    resumed = GRPOLearner(GRPOConfig(**common(tmp_path / "cut", room, lora=lora, total_steps=2, save_every=1)))
     resumed.train(resume=True)
     final, again = adapters(full), adapters(resumed)
     assert final.keys() == again.keys() and all(torch.equal(final[n], again[n]) for n in final)
