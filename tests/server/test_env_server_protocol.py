@@ -8,6 +8,8 @@ done}`; `/ws` messages `{"type": "reset"|"step"|"state"|"close", "data": ...}` a
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 import pytest
 from env_server_helpers import call, gold_episode, serving
@@ -121,6 +123,11 @@ MALFORMED = [
     ("POST", "/reset", b'{"options": {"task": "mine"}}', 422, "only 'index'"),
     ("POST", "/sessions", b'{"env_kwargs": {"max_tool_calz": 1}}', 422, "max_tool_calz"),
     ("POST", "/sessions/nope/step", b'{"action": {"message": "x"}}', 404, "unknown session 'nope'"),
+    # {sid}: a live session in mid-episode, so only the checks stand between the body and its env
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "mood": 1}', 422, "Extra inputs"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": 7}}', 422, "valid string"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "timeout_s": "soon"}', 422,
+     "valid integer or number"),
     ("GET", "/sessions/nope/state", None, 404, "POST /sessions"),
     ("DELETE", "/sessions/nope", None, 404, "unknown session"),
     ("POST", "/sessions/step", b'{"steps": "all"}', 422, "valid array"),
@@ -132,10 +139,45 @@ MALFORMED = [
 
 @pytest.mark.parametrize(("method", "path", "raw", "status", "words"), MALFORMED,
                          ids=[f"{m} {p} {r!r}"[:60] for m, p, r, _, _ in MALFORMED])
-def test_malformed_requests_get_a_4xx_with_a_reason_and_the_server_lives_on(server, method, path, raw, status,
-                                                                             words):
+def test_malformed_requests_get_a_4xx_with_a_reason_and_the_server_lives_on(server, live_session, method, path,
+                                                                             raw, status, words):
     url, _ = server
+    if "{sid}" in path:
+        path = path.format(sid=live_session)
     got, answer, _ = call(method, url + path, raw=raw)
     assert got == status, answer
     assert words in str(answer["detail"]), answer
     assert call("GET", url + "/health")[0] == 200
+
+
+@pytest.fixture
+def live_session(server):
+    """A session in mid-episode (reset), deleted afterwards."""
+    url, _ = server
+    status, opened, _ = call("POST", url + "/sessions", {})
+    assert status == 201, opened
+    sid = opened["session_id"]
+    assert call("POST", f"{url}/sessions/{sid}/reset", {"seed": 0})[0] == 200
+    yield sid
+    call("DELETE", f"{url}/sessions/{sid}")
+
+
+BAD_BATCH_ITEMS = [
+    # (item, words in its reason); {sid} is a live session in mid-episode
+    ({"session_id": "{sid}", "action": {"message": "x"}, "mood": 1}, "Extra inputs"),
+    (7, "object"),
+    (["{sid}", {"message": "x"}], "object"),
+    ({"session_id": 7, "action": {"message": "x"}}, "valid string"),
+]
+
+
+@pytest.mark.parametrize(("item", "words"), BAD_BATCH_ITEMS, ids=[repr(i)[:40] for i, _ in BAD_BATCH_ITEMS])
+def test_a_malformed_batch_item_gets_a_422_with_a_reason_and_fails_alone(server, live_session, item, words):
+    url, sid = server[0], live_session
+    bad = json.loads(json.dumps(item).replace("{sid}", sid))
+    good = {"session_id": sid, "action": {"message": "<think> x </think> <python>print(6 * 7)</python>"}}
+    status, answer, _ = call("POST", url + "/sessions/step", {"steps": [bad, good]})
+    assert status == 200, answer
+    failed, stepped = answer["results"]
+    assert failed["error"]["status"] == 422 and words in str(failed["error"]["detail"]), failed
+    assert "error" not in stepped and "42" in stepped["observation"]["text"], stepped
