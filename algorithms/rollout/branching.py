@@ -12,7 +12,7 @@ m = clamp(⌊M·σ(β_pm·(H_root − H̄_tool))⌋ + 1, 1, M).
     >>> premonitor_global_samples(h_root=2.0, h_tool=0.0, budget=16)
     12
 
-`rule="reference"` reproduces the public code's realisations exactly (ARPO: fork iff
+`entropy_formula="reference"` reproduces the public code's realisations exactly (ARPO: fork iff
 clip(u − β·ΔH, 0, 1) ≤ τ; AEPO: fork iff clip((u + β·ΔH)·(1 − γ·l), 0, 1) ≥ τ with a per-prompt l).
 """
 
@@ -43,10 +43,10 @@ def branch_probability(delta_h: float, rule: TreeConfig, consecutive: int = 0) -
     f = penalty_factor(consecutive, rule.penalty)
     if rule.branch_mode == "threshold":
         return 1.0 if (rule.branch_probability + beta_dh) * f > rule.tau else 0.0
-    if rule.branch_rule == "reference" and rule.penalty > 0:
+    if rule.entropy_formula == "reference" and rule.penalty > 0:
         # AEPO code: s = clip((u + βΔH)·f, 0, 1) ≥ τ  ⇔  u ≥ τ/f − βΔH
         return 0.0 if f <= 0.0 else _clip01(1.0 - rule.tau / f + beta_dh)
-    if rule.branch_rule == "reference":
+    if rule.entropy_formula == "reference":
         # ARPO code: clip(u − βΔH, 0, 1) ≤ τ  ⇔  u ≤ τ + βΔH
         return _clip01(rule.tau + beta_dh)
     return _clip01((rule.branch_probability + beta_dh) * f)
@@ -62,10 +62,10 @@ def decide_branch(rng: random.Random, delta_h: float, rule: TreeConfig, consecut
     if rule.branch_mode == "threshold":
         return branch_probability(delta_h, rule, consecutive) >= 1.0
     beta_dh = rule.entropy_weight * delta_h
-    if rule.branch_rule == "reference" and rule.penalty > 0:
+    if rule.entropy_formula == "reference" and rule.penalty > 0:
         f = penalty_factor(consecutive, rule.penalty)
         return _clip01((u + beta_dh) * f) >= rule.tau
-    if rule.branch_rule == "reference":
+    if rule.entropy_formula == "reference":
         return _clip01(u - beta_dh) <= rule.tau
     return u < branch_probability(delta_h, rule, consecutive)
 

@@ -39,13 +39,14 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from algorithms.base.seeds import TREE_ID_STRIDE, tree_traj_id
-from algorithms.rollout.branching import decide_branch, premonitor_global_samples
-from algorithms.rollout.engine import RolloutEngine, SamplingParams
-from algorithms.rollout.entropy import measure_segment
+from algorithms.rollout.branch_rules import Anchor, PathView, get_rule
+from algorithms.rollout.branching import premonitor_global_samples
+from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
+from algorithms.rollout.entropy import measure_segment, position_entropies
 from algorithms.rollout.runner import EpisodeBranch, generate_segments, run_paths, start_group, step_paths
 from algorithms.rollout.trajectory import Trajectory
 from algorithms.rollout.tree_config import TreeConfig
@@ -62,6 +63,24 @@ class _Node:
     consecutive: int = 0
     born_at: int | None = None  # response offset where this fork was created (not eligible there)
     seg_h: list[float | None] = field(default_factory=list)  # H_seg of each segment, by segment_starts
+    # wave rules only: the env saved at each boundary the path passed ({offset: (env, state)}),
+    # per-position entropies of each segment, and a partial turn to resume (a fork inside a turn)
+    snaps: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    pos_h: list[list[float]] = field(default_factory=list)
+    pending: _Partial | None = None
+    score: float | None = None  # the wave rule's score of this fork's anchor
+
+
+@dataclass
+class _Partial:
+    """The start of a turn a fork copies from its parent and continues (`entropy_value`)."""
+
+    start: int  # the turn's first response offset (a boundary)
+    ids: list[int]
+    logprobs: list[float]
+    entropy: list[float] | None
+    pos_h: list[float]
+    text: str
 
 
 @dataclass
@@ -111,7 +130,9 @@ def tree_metrics(prompts: Sequence[PromptStats], depths: Sequence[int]) -> dict[
         "rollout/topups_per_prompt": sum(p.topups for p in prompts) / k,
         "rollout/branch_rate": sum(p.forks for p in prompts) / decisions if decisions else 0.0,
         "rollout/delta_h_mean": sum(dh) / len(dh) if dh else 0.0,
+        "rollout/trajectories_per_prompt": len(depths) / k,
         "rollout/generated_tokens_per_traj": sum(p.generated_tokens for p in prompts) / trajs,
+        "rollout/generated_tokens_per_prompt": sum(p.generated_tokens for p in prompts) / k,
         "rollout/overhead_tokens_per_prompt": sum(p.overhead_tokens for p in prompts) / k,
         "rollout/tool_calls_per_traj": sum(p.tool_calls for p in prompts) / trajs,
     }
@@ -148,6 +169,7 @@ class TreeRollout:
         self.config = config
         self.budget = budget
         self.vocab_size = vocab_size or len(engine.tokenizer.get_vocab())
+        self._rule = get_rule(config.branch_rule)
 
     def rollout(self, *args: Any, **kwargs: Any) -> TreeRolloutResult:
         """Blocking `arollout` (outside a running event loop)."""
@@ -178,6 +200,7 @@ class TreeRollout:
         # One function, long on purpose: it is the paper's tree-rollout algorithm (initial
         # samples, entropy probes, branching, top-ups to exactly M) read top to bottom.
         cfg = self.config
+        rule = get_rule(cfg.branch_rule)
         if max_response_tokens <= 0:
             raise ValueError(f"tree rollout: max_response_tokens={max_response_tokens} must be > 0")
         env_list = self._envs(envs, tasks, n_prompts)
@@ -231,6 +254,7 @@ class TreeRollout:
             active = [nd for ns in nodes for nd in ns if nd.path.active]
             if not active:
                 break
+            resumed = [_resume(nd) for nd in active]
             segs = await generate_segments(self.engine, [nd.path for nd in active], req, max_response_tokens)
             for nd, seg in zip(active, segs, strict=True):
                 stats[nd.prompt].generated_tokens += len(seg.token_ids)
@@ -240,20 +264,34 @@ class TreeRollout:
             for nd, seg in zip(active, segs, strict=True):
                 h = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
                 nd.seg_h.append(h)
+                if rule.needs_token_entropy:
+                    nd.pos_h.append(self._position_entropies(seg))
                 start = nd.path.segment_starts[-1]
                 if start == 0:
                     nd.h_init = h
                     continue
+                if not rule.online:
+                    continue
                 if h is None or nd.h_init is None or nd.born_at == start or used[nd.prompt] >= self.budget:
                     continue
-                made = self._branch(
-                    nd, h - nd.h_init, nodes, used, prompt_streak, rngs[nd.prompt], stats
-                )
+                made = self._branch(nd, h - nd.h_init, nodes, used, prompt_streak, rngs[nd.prompt], stats)
                 grew[nd.prompt] |= made > 0
+            segs = [_merge(nd, seg, part) if part else seg for nd, seg, part in zip(active, segs, resumed, strict=True)]  # fmt: skip
             await step_paths([nd.path for nd in active], segs, self.engine.tokenizer, max_response_tokens)
+            if not rule.online:  # a wave rule forks at boundaries passed long ago: save the env at each
+                for nd in active:
+                    if nd.path.active and nd.path.boundary_offset not in nd.snaps:
+                        nd.snaps[nd.path.boundary_offset] = (nd.path.env.fork(), nd.path.boundary_state)
             for i, ns in enumerate(nodes):
                 if used[i] < self.budget and not any(nd.path.active for nd in ns):
                     k = self.budget - used[i] if cfg.topup_mode == "all" else 1
+                    if not rule.online:  # the next wave: the rule's anchors, then top-ups
+                        k = rule.wave_size(stats[i].initial, self.budget - used[i])
+                        for a in self._anchors(rule, ns, k, rngs[i]):
+                            ns.append(self._fork_at(ns, a, tree_traj_id(gids[i], used[i])))
+                            used[i] += 1
+                            stats[i].forks += 1
+                            k -= 1
                     for _ in range(k):
                         ns.append(self._fresh(i, roots[i], gids[i], used[i], "topup"))
                         used[i] += 1
@@ -273,8 +311,12 @@ class TreeRollout:
             for nd in kept:
                 stats[i].tool_calls += _executed_calls(nd.path)
                 nd.path.lineage.update(kind=nd.kind, h_init=nd.h_init, segment_entropy=list(nd.seg_h))
+                if nd.score is not None:
+                    nd.path.lineage["branch_score"] = nd.score
                 out.append(nd.path.to_trajectory())
                 kept_paths.append(nd.path)
+            for nd in ns:
+                nd.snaps.clear()  # release the saved envs (and their sandbox sessions) now
         return TreeRolloutResult(out, stats, kept_paths)
 
     # -- pieces ---------------------------------------------------------------------------
@@ -294,6 +336,77 @@ class TreeRollout:
             )
         return env_list
 
+    def _position_entropies(self, seg: Segment) -> list[float]:
+        """h_t of every position of a segment (exact where the engine gives it and the config asks)."""
+        cfg = self.config
+        if seg.entropy is not None and cfg.entropy_source != "topk":
+            return list(seg.entropy)
+        return position_entropies(seg.top_logprobs or [], cfg.entropy_topk)
+
+    def _anchors(self, rule: Any, ns: list[_Node], k: int, rng: random.Random) -> list[Anchor]:
+        """The wave rule's anchors among the prompt's ended paths (indices into `ns`)."""
+        kept = [j for j, nd in enumerate(ns) if nd.kind != "probe"]
+        index = {ns[j].path.traj_id: v for v, j in enumerate(kept)}
+        views = [self._view(ns[j], index, rule.needs_token_entropy) for j in kept]
+        return [replace(a, path=kept[a.path]) for a in rule.anchors(views, k, rng, self.config)[:k]]
+
+    def _view(self, nd: _Node, index: dict[int, int], per_token: bool) -> PathView:
+        p = nd.path
+        view = PathView(
+            traj_id=p.traj_id,
+            parent=None if p.parent_id is None else index.get(p.parent_id),
+            branch_offset=p.branch_offset,
+            reward=p.reward,
+            boundaries=sorted(nd.snaps),
+            initial=nd.kind == "initial",
+        )
+        if per_token:
+            n = len(p.response_ids)
+            entropy: list[float | None] = [None] * n
+            for start, hs in zip(p.segment_starts, nd.pos_h, strict=True):
+                entropy[start : start + len(hs)] = hs
+            generated = [m == 1 for m in p.loss_mask]
+            decode = self.engine.tokenizer.decode
+            view.logprobs, view.entropy, view.generated = list(p.logprobs), entropy, generated
+            view.forkable = [
+                generated[t] and t + 1 < n and generated[t + 1] and bool(decode([p.response_ids[t]]).strip())
+                for t in range(n)
+            ]
+        return view
+
+    def _fork_at(self, ns: list[_Node], a: Anchor, tid: int) -> _Node:
+        """A fork of `ns[a.path]` keeping response[:a.offset]: from the env saved at the boundary at
+        or before the offset, and the rest of the turn up to the offset as a partial turn."""
+        src = ns[a.path]
+        p = src.path
+        start = max(o for o in src.snaps if o <= a.offset)
+        env, state = src.snaps[start]
+        child = replace(p, env=env, boundary_offset=start, boundary_state=state).fork(tid, at_boundary=True)
+        child.branch_offset = a.offset
+        n_seg = len(child.segment_starts)
+        node = _Node(
+            child,
+            src.prompt,
+            "fork",
+            h_init=src.h_init,
+            born_at=start,
+            seg_h=src.seg_h[:n_seg],
+            snaps={o: v for o, v in src.snaps.items() if o <= start},
+            pos_h=src.pos_h[:n_seg],
+            score=a.score,
+        )
+        if a.offset > start:
+            ids = p.response_ids[start : a.offset]
+            node.pending = _Partial(
+                start=start,
+                ids=ids,
+                logprobs=p.logprobs[start : a.offset],
+                entropy=None if p.entropy is None else p.entropy[start : a.offset],
+                pos_h=src.pos_h[n_seg][: a.offset - start] if len(src.pos_h) > n_seg else [],
+                text=self.engine.tokenizer.decode(ids),
+            )
+        return node
+
     def _fresh(self, i: int, root: tuple[Any, list[int], str], gid: int, k: int, kind: str) -> _Node:
         env, prompt_ids, task_id = root
         twin = env.fork()
@@ -307,7 +420,7 @@ class TreeRollout:
             boundary_state=twin.get_state(),
             lineage={"root_id": tid, "depth": 0},
         )
-        return _Node(path=path, prompt=i, kind=kind)
+        return _Node(path=path, prompt=i, kind=kind, snaps={0: (env, path.boundary_state)})
 
     def _branch(
         self,
@@ -327,7 +440,7 @@ class TreeRollout:
             raise RuntimeError(
                 f"tree rollout: path {path.traj_id} has no env state saved at offset {path.segment_starts[-1]}"
             )
-        streak = prompt_streak[i] if cfg.branch_rule == "reference" else nd.consecutive
+        streak = prompt_streak[i] if cfg.entropy_formula == "reference" else nd.consecutive
         st = stats[i]
         st.branch_points += 1
         st.delta_h.append(delta_h)
@@ -336,7 +449,7 @@ class TreeRollout:
             if used[i] >= self.budget:
                 break
             st.decisions += 1
-            if not decide_branch(rng, delta_h, cfg, streak):
+            if not self._rule.decide(rng, delta_h, cfg, streak):
                 continue
             child = path.fork(tree_traj_id(path.group_id, len(nodes[i])), at_boundary=True)
             seg_h = nd.seg_h[: len(child.segment_starts)]  # the entropies of the shared segments
@@ -429,6 +542,31 @@ class TreeRollout:
                 st.tool_calls += _executed_calls(probe.path)
             out.append(m)
         return out
+
+
+def _resume(nd: _Node) -> _Partial | None:
+    """Put a fork's partial turn back into its path, so the engine continues the turn."""
+    part, nd.pending = nd.pending, None
+    if part is not None:
+        p = nd.path
+        p.response_ids += part.ids
+        p.loss_mask += [1] * len(part.ids)
+        p.logprobs += part.logprobs
+        if p.entropy is not None:
+            p.entropy = None if part.entropy is None else p.entropy + part.entropy
+    return part
+
+
+def _merge(nd: _Node, seg: Segment, part: _Partial) -> Segment:
+    """The resumed turn as one segment: it starts where the turn started, and the env reads the
+    whole turn's text."""
+    p = nd.path
+    p.segment_starts[-1] = part.start
+    p.texts[-1] = part.text + seg.text
+    if nd.pos_h:
+        nd.pos_h[-1] = part.pos_h + nd.pos_h[-1]
+    return replace(seg, token_ids=part.ids + seg.token_ids, logprobs=part.logprobs + seg.logprobs,
+                   top_logprobs=None, text=part.text + seg.text)  # fmt: skip
 
 
 __all__ = ["PromptStats", "TreeRollout", "TreeRolloutResult", "tree_metrics"]

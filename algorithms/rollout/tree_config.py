@@ -7,10 +7,10 @@ passed to `TreeRollout` as `budget`.
 
     >>> TreeConfig().branch_probability, TreeConfig(branch_threshold=0.3).tau
     (0.5, 0.3)
-    >>> TreeConfig(branch_rule="paper")
+    >>> TreeConfig(entropy_formula="paper")
     Traceback (most recent call last):
     ...
-    ValueError: config field 'tree.branch_rule' must be one of ['ours', 'reference'], got 'paper'
+    ValueError: config field 'tree.entropy_formula' must be one of ['ours', 'reference'], got 'paper'
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Literal
 from agent_envs.base.config import check_types, option, require
 
 Reduction = Literal["scaled_mean", "sum", "mean"]
+BranchRuleName = Literal["entropy", "turn", "entropy_value", "mixed_outcome"]
 
 
 @dataclass
@@ -38,9 +39,15 @@ class TreeConfig:
     branch_mode: Literal["sample", "threshold"] = option(
         "sample", "sample: fork iff u < P; threshold: fork iff α + β·ΔH > τ (deterministic)"
     )
-    branch_rule: Literal["ours", "reference"] = option(
-        "ours", "ours: one formula, penalty per path; reference: the public code's realisation"
+    branch_rule: BranchRuleName = option(
+        "entropy",
+        "where a rollout branches: entropy (ARPO), turn (Tree-GRPO), entropy_value (APPO), "
+        "mixed_outcome (TRACE); docs/algorithms.md §6.9",
     )
+    entropy_formula: Literal["ours", "reference"] = option(
+        "ours", "entropy rule: ours (one formula, penalty per path) or reference (the public code's)"
+    )
+    future_discount: float = option(0.9, "entropy_value: γ of the future value Σ γ^(k-t)·log π(a_k)")
     entropy_tokens: int = option(20, "k: leading tokens of a segment whose entropy counts")
     entropy_topk: int = option(10, "K: top-K log-probs per position requested from the engine")
     entropy_reduction: Reduction = option(
@@ -64,6 +71,11 @@ class TreeConfig:
         self.validate()
 
     def validate(self) -> None:
+        if self.branch_rule in ("ours", "reference"):  # the key's meaning before the rules were a choice
+            raise ValueError(
+                f"config field 'tree.branch_rule: {self.branch_rule}' is now 'tree.entropy_formula: "
+                f"{self.branch_rule}' (tree.branch_rule picks the rule: entropy, turn, entropy_value, mixed_outcome)"
+            )
         check_types(self, "tree.")
 
         def need(ok: bool, key: str, what: str) -> None:
@@ -81,6 +93,7 @@ class TreeConfig:
         need(self.entropy_tokens >= 1, "entropy_tokens", "must be >= 1")
         need(self.entropy_topk >= 1, "entropy_topk", "(the engine's logprobs=K) must be >= 1")
         need(self.initial_entropy_tokens >= 1, "initial_entropy_tokens", "must be >= 1")
+        need(0.0 < self.future_discount <= 1.0, "future_discount", "must be in (0, 1]")
 
     @property
     def tau(self) -> float:
@@ -93,4 +106,4 @@ class TreeConfig:
         return self.consecutive_penalty if self.enable_consecutive_penalty else 0.0
 
 
-__all__ = ["Reduction", "TreeConfig"]
+__all__ = ["BranchRuleName", "Reduction", "TreeConfig"]

@@ -17,7 +17,7 @@ def rule_of(probability=0.5, threshold=None, entropy_weight=0.2, consecutive_pen
     """The branch settings of a TreeConfig under the short names of the formulas."""
     return TreeConfig(branch_probability=probability, branch_threshold=threshold, entropy_weight=entropy_weight,
                       enable_consecutive_penalty=consecutive_penalty > 0, consecutive_penalty=consecutive_penalty,
-                      branch_mode=mode, branch_rule=rule)  # fmt: skip
+                      branch_mode=mode, entropy_formula=rule)  # fmt: skip
 
 
 ARPO = rule_of(probability=0.5, entropy_weight=0.2)
@@ -80,5 +80,11 @@ def test_premonitor_is_clamped_to_budget():
 def test_bad_rule_names_the_field():
     with pytest.raises(ValueError, match="branch_probability"):
         rule_of(probability=1.5)
-    with pytest.raises(ValueError, match="branch_rule"):
+    with pytest.raises(ValueError, match="entropy_formula"):
         rule_of(rule="paper")
+
+
+@pytest.mark.parametrize("old", ["ours", "reference"])
+def test_old_branch_rule_spelling_names_the_new_key(old):
+    with pytest.raises(ValueError, match=f"'tree.branch_rule: {old}' is now 'tree.entropy_formula: {old}'"):
+        TreeConfig(branch_rule=old)

@@ -35,7 +35,7 @@ AEPO_REFERENCE_TREE = [
     [
         ({}, ARPO_TREE, "f7cc47bd2c261053"),
         (
-            {"enable_consecutive_penalty": True, "branch_rule": "reference"},
+            {"enable_consecutive_penalty": True, "entropy_formula": "reference"},
             AEPO_REFERENCE_TREE,
             "70ec6a40f894e699",
         ),

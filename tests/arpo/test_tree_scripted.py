@@ -116,7 +116,7 @@ def _penalty_tree(tokenizer, rule: str):
         branch_mode="threshold",
         branch_threshold=0.5,
         enable_consecutive_penalty=True,
-        branch_rule=rule,
+        entropy_formula=rule,
     )
     res = run(t.arollout(make_env_factory(tokenizer), SamplingParams(), n_prompts=1, max_response_tokens=128))
     return [tr for tr in res.trajectories if tr.lineage["kind"] != "topup"]
