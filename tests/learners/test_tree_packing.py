@@ -135,3 +135,30 @@ def test_the_mask_route_is_taken_only_where_every_layer_uses_the_mask_as_given()
     assert not _takes_tree_mask(model("flash_attention_2"))  # no 4D mask: the walk
     assert not _takes_tree_mask(model("flex_attention"))
     assert not _takes_tree_mask(model("sdpa", ["full_attention", "sliding_attention"]))
+
+
+def test_the_packer_reports_the_exact_ratio_of_each_step():
+    """`tree_token_ratio` is packed ÷ flat tokens of the passes since the last read, counting only
+    the `width` response tokens a pass computes."""
+    from transformers import AutoModelForCausalLM
+
+    from algorithms.core.tree_packing import TreePacker
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=0), torch_dtype=torch.float32)
+    rng = random.Random(1)
+    tree, group = arpo_tree(rng, 0), grpo_group(rng, 1)
+    packer = TreePacker()
+    assert packer.take_metrics() == {"tree_token_ratio": 1.0}  # nothing computed yet
+    # width 8 cuts the root (10), a (9), b (9) and c (10): a forks at 4, b at 7, c (a's fork) at 6;
+    # packed: prompt 8 + root 8 + a 8-4 + b 8-7 + c 8-6 = 23, flat: 4 x (prompt 8 + 8) = 64
+    packer(model, tree, 8, pad_id=0, device="cpu")
+    assert packer.take_metrics() == {"tree_token_ratio": 23 / 64}
+    # the next step counts afresh, over its two micro-batches: the tree at width 5 (packed 8 + 5 +
+    # 1 + 0 + 0 = 14 of 4 x 13 = 52) and the GRPO group (its prompt once, every response)
+    packer(model, tree, 5, pad_id=0, device="cpu")
+    packer(model, group, 9, pad_id=0, device="cpu")
+    prompt, lengths = len(group[0].prompt_ids), [len(t.response_ids) for t in group]
+    assert max(lengths) <= 9
+    expect = (14 + prompt + sum(lengths)) / (52 + 4 * prompt + sum(lengths))
+    assert packer.take_metrics() == {"tree_token_ratio": expect}
+    assert packer.take_metrics() == {"tree_token_ratio": 1.0}
