@@ -11,8 +11,9 @@ reads it with the package's own loader (`agent_envs.data.loaders`) and writes it
 record layout (`id`, `question`, `golden_answers`, then the source's fields) into the data folder
 the envs read: `$AGENT_ENVS_DATA_DIR`, else `$AGENT_ENVS_CACHE/data` (default
 `~/.cache/agent-envs/data`). GAIA, HLE and xbench-DeepSearch are written gzipped: their
-publishers ask that they not be reshared as plain, crawlable text. Sources and licences:
-docs/benchmarks-data.md.
+publishers ask that they not be reshared as plain, crawlable text. HotpotQA and MuSiQue also get
+a question file that carries its distractor-setting passages (`PASSAGE_SOURCES`): their envs
+search those passages when no corpus is configured. Sources and licences: docs/benchmarks-data.md.
 
 `$AGENT_ENVS_DATA_URL` replaces the base address (default `https://raw.githubusercontent.com`),
 for a mirror.
@@ -46,14 +47,19 @@ _ARPO = "dongguanting/ARPO/e257337d1f105ba685057cb662c75e509d1c7b34"
 _ARPO_LICENCE = "MIT (stated in the ARPO README)"
 
 
-def _after_hashes(answer: Any) -> list[str]:
+def _after_hashes(row: dict[str, Any]) -> list[str]:
     """GSM8K: the number after `####` in the worked solution, thousands separators removed."""
-    return [str(answer).rsplit("####", 1)[-1].strip().replace(",", "")]
+    return [str(row["answer"]).rsplit("####", 1)[-1].strip().replace(",", "")]
 
 
-def _integer(answer: Any) -> list[str]:
+def _integer(row: dict[str, Any]) -> list[str]:
     """AIME: answers are integers 0-999 written with leading zeros ("025")."""
-    return [str(int(str(answer).strip()))]
+    return [str(int(str(row["answer"]).strip()))]
+
+
+def _spans(row: dict[str, Any]) -> list[str]:
+    """IRCoT's processed HotpotQA: the answer spans of `answers_objects`."""
+    return [span for obj in row["answers_objects"] for span in obj["spans"]]
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ class Source:
     size: int
     licence: str
     id_format: str  # "{i:04d}" numbering, or "{field}" from the row
-    gold: Callable[[Any], list[str]] | None = None  # golden answers from the row's `answer`, when it needs a rule
+    gold: Callable[[dict[str, Any]], list[str]] | None = None  # golden answers from the row, when it needs a rule
+    split: str | None = None  # the local split it is written as; None: the benchmark's default split
 
     def url(self, base: str | None = None) -> str:
         return f"{(base or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip('/')}/{self.path}"
@@ -121,13 +128,30 @@ SOURCES: dict[str, Source] = {
 }
 
 
+# Question files whose rows carry their distractor-setting passages, fetched beside the default
+# file: the passages of all their questions are the benchmark's search corpus when none is
+# configured (agent_envs/data/passages.py). 137 of ARPO's 200 HotpotQA questions and 9 of its 200
+# MuSiQue questions are among them, with their gold paragraphs.
+PASSAGE_SOURCES: dict[str, Source] = {
+    "hotpotqa": Source("xindili-cmu/anlp-project-multihop/df0d5757f42f098ab6026f40323e91c369307506/"
+                       "processed_data/hotpotqa/dev_subsampled.jsonl",
+                       "837a919903fedf521211c4271f168ad5458488198e9c4d967bf5f3a579525ce8", 3312335,
+                       "IRCoT's processed HotpotQA dev subsample (repository Apache-2.0); HotpotQA CC BY-SA 4.0",
+                       "{question_id}", _spans, split="dev_500_ircot"),
+    "musique": Source("OpenSPG/KAG/8901a93e04cd70c90e2fe029bb838a93c58c65ed/"
+                      "kag/examples/musique_pike/solver/data/musique_qa_100.json",
+                      "7ee7b3f9533586b38d8ebe579dcb8d3daa8f52600b7777a6daa085ccac470467", 1467293,
+                      "KAG Apache-2.0; MuSiQue CC BY 4.0", "{id}", split="dev_100_kag"),
+}
+
+
 class DownloadError(RuntimeError):
     """A download that failed; nothing was written."""
 
 
-def local_path(name: str, folder: Path | None = None) -> Path:
+def local_path(name: str, folder: Path | None = None, split: str | None = None) -> Path:
     spec = get_spec(name)
-    return (folder or data_dir()) / spec.default_file
+    return (folder or data_dir()) / spec.files[split or spec.default_split]
 
 
 def fetch(source: Source, base_url: str | None = None, timeout_s: float = 60.0) -> bytes:
@@ -148,11 +172,12 @@ def fetch(source: Source, base_url: str | None = None, timeout_s: float = 60.0) 
     return data
 
 
-def convert(name: str, data: bytes) -> list[dict[str, Any]]:
-    """The source's rows in the common layout: id, question, golden_answers, then its own fields."""
+def convert(name: str, data: bytes, source: Source | None = None) -> list[dict[str, Any]]:
+    """The source's rows (default: the benchmark's default file) in the common layout: id,
+    question, golden_answers, then its own fields."""
     from agent_envs.data.loaders import normalize_row
 
-    source, spec = SOURCES[name], get_spec(name)
+    source, spec = source or SOURCES[name], get_spec(name)
     suffix = Path(source.path).suffix
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / f"source{suffix}"
@@ -161,9 +186,10 @@ def convert(name: str, data: bytes) -> list[dict[str, Any]]:
     out = []
     for i, row in enumerate(rows):
         where = f"{source.url()}, row {i + 1}"
-        task = normalize_row(row, where, reward=spec.reward, prefix=name, position=i, per_row_reward=spec.train,
-                             benchmark=name)
-        answers = source.gold(row["answer"]) if source.gold is not None else list(task.answers)
+        gold = source.gold(row) if source.gold is not None else None
+        task = normalize_row(row if gold is None else {**row, "golden_answers": gold}, where, reward=spec.reward,
+                             prefix=name, position=i, per_row_reward=spec.train, benchmark=name)
+        answers = gold if gold is not None else list(task.answers)
         if not answers:  # a blank gold the loader warns about: kept as it is upstream, so row counts match
             answers = [str(row.get("ground_truth", row.get("answer", "")))]
         fields = {("orig_" + k if k in ("id", "question", "golden_answers") else k): v for k, v in row.items()}
@@ -190,18 +216,22 @@ def write_rows(rows: Iterable[dict[str, Any]], path: Path) -> None:
 
 def download(names: Sequence[str], folder: Path | None = None, base_url: str | None = None,
              log: Callable[[str], None] = print) -> list[Path]:
-    """Fetch, check and write each named benchmark; returns the files written."""
+    """Fetch, check and write each named benchmark (its default file, and its question file with
+    passages where `PASSAGE_SOURCES` has one); returns the files written."""
     unknown = [n for n in names if n not in SOURCES]
     if unknown:
         raise KeyError(f"no download for {', '.join(map(repr, unknown))}; `agent-envs data list` shows the ids")
     written = []
     for name in names:
-        target = local_path(name, folder)
-        log(f"{name}: fetching {SOURCES[name].url(base_url)}")
-        rows = convert(name, fetch(SOURCES[name], base_url))
-        write_rows(rows, target)
-        log(f"{name}: {len(rows)} rows -> {target}")
-        written.append(target)
+        for source in (SOURCES[name], PASSAGE_SOURCES.get(name)):
+            if source is None:
+                continue
+            target = local_path(name, folder, source.split)
+            log(f"{name}: fetching {source.url(base_url)}")
+            rows = convert(name, fetch(source, base_url), source)
+            write_rows(rows, target)
+            log(f"{name}: {len(rows)} rows -> {target}")
+            written.append(target)
     return written
 
 
@@ -216,12 +246,18 @@ def listing(folder: Path | None = None) -> list[dict[str, Any]]:
 
 
 def _list(args: argparse.Namespace) -> int:
+    import textwrap
+
     folder = Path(args.dir) if args.dir else None
-    print(f"data folder: {folder or data_dir()}")
+    print(f"data folder: {folder or data_dir()}\n")
+    columns = "{:18s} {:4s} {:30s} {}"  # descriptions wrap at whole words under their column
+    indent = " " * len(columns.format("", "", "", ""))
+    print(columns.format("id", "here", "env id", "description, source, licence"))
     for row in listing(folder):
-        mark = "yes" if row["local"] else "no "
-        print(f"{row['id']:18s} {mark} {row['env_id']:28s} {row['description'][:60]}")
-        print(f"{'':22s}source: {row['source']}\n{'':22s}licence: {row['licence']}")
+        text = textwrap.wrap(row["description"], width=110 - len(indent))
+        print(columns.format(row["id"], "yes" if row["local"] else "no", row["env_id"], text[0] if text else ""))
+        for line in [*text[1:], f"source: {row['source']}", f"licence: {row['licence']}"]:
+            print(indent + line)
     return 0
 
 
@@ -252,4 +288,4 @@ def add_cli(subparsers: Any) -> None:
     q.set_defaults(func=_download)
 
 
-__all__ = ["SOURCES", "DownloadError", "Source", "add_cli", "convert", "download", "fetch", "listing", "local_path"]
+__all__ = ["PASSAGE_SOURCES", "SOURCES", "DownloadError", "Source", "add_cli", "convert", "download", "fetch", "listing", "local_path"]

@@ -5,8 +5,11 @@
 
 Search is in-process BM25 over `corpus` (a JSONL of id/title/text) unless `retriever_url` points
 at a Search-R1 style retrieval server (`agent-envs serve-retriever`; nothing is contacted before
-the first search). A named benchmark (`benchmark="hotpotqa"`) searches
-`$AGENT_ENVS_DATA_DIR/corpus/wiki_multihop_mini.jsonl` by default.
+the first search). A named benchmark (`benchmark="hotpotqa"`) with neither searches
+`$AGENT_ENVS_DATA_DIR/corpus/wiki_multihop_mini.jsonl` when that file exists, else the passages
+that ship with its question files (`agent_envs.data.passages`: HotpotQA's and MuSiQue's
+distractor-setting paragraphs, fetched by `agent-envs data download`); a benchmark whose files
+carry none says in one line what to pass.
 
     >>> import json, pathlib, tempfile
     >>> corpus = pathlib.Path(tempfile.mkdtemp()) / "corpus.jsonl"
@@ -22,34 +25,81 @@ the first search). A named benchmark (`benchmark="hotpotqa"`) searches
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_envs.base.paths import cache_root
 from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
-from agent_envs.data.loaders import data_dir
+from agent_envs.data.download import PASSAGE_SOURCES
+from agent_envs.data.loaders import benchmark_path, data_dir
+from agent_envs.data.passages import PASSAGE_FIELDS, collect_passages, write_passage_corpus
+from agent_envs.data.registry import get_spec
 from agent_envs.envs.resources import check_env_keywords, python_tool, resolve_tasks, shared, world_with_tools
 
 DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 
 
-def search_tool(corpus: str | None, retriever_url: str | None, topk: int):
-    """The search tool for a benchmark: a retrieval server when given, else BM25 over the corpus."""
+def search_tool(corpus: str | None, retriever_url: str | None, topk: int, benchmark: str | None = None,
+                data_files: str | Sequence[str] | None = None, web: bool = False):
+    """The search tool for a benchmark: a retrieval server when given, else BM25 over the corpus
+    (`default_corpus` when none is given; `web` adds search='web' to what its error suggests)."""
     from agent_envs.retrieval import BM25Backend, HttpBackend
     from agent_envs.tools.search import SearchTool
 
     if retriever_url:
         return shared("tool:search-http", lambda url, k: SearchTool(HttpBackend(url), topk=k), url=retriever_url, k=topk)
     if corpus is None:
-        corpus = os.path.join(data_dir(), DEFAULT_CORPUS)
+        corpus = default_corpus(benchmark, data_files, web)
     if not os.path.exists(corpus):
         raise FileNotFoundError(
-            f"search corpus {corpus or DEFAULT_CORPUS!r} not found: pass corpus='path/to/corpus.jsonl' "
+            f"search corpus {corpus!r} not found: pass corpus='path/to/corpus.jsonl' "
             "(JSONL with id, title, text or contents), retriever_url='http://host:port/retrieve', "
             "or set AGENT_ENVS_DATA_DIR to the folder that holds corpus/"
         )
     path = os.path.abspath(corpus)
     return shared("tool:search-bm25", lambda path, k: SearchTool(BM25Backend.from_jsonl(path), topk=k), path=path, k=topk)
+
+
+def default_corpus(benchmark: str | None, data_files: str | Sequence[str] | None = None, web: bool = False) -> str:
+    """The corpus searched when none is configured: `corpus/wiki_multihop_mini.jsonl` in the data
+    folder when it is there, else the passages of the question files (`data_files`, or every
+    local split of `benchmark`), built once into the cache; else a one-line error saying what
+    the benchmark needs."""
+    mini = data_dir() / DEFAULT_CORPUS
+    if mini.is_file():
+        return str(mini)
+    if data_files is not None:
+        files = [str(f) for f in ([data_files] if isinstance(data_files, str | os.PathLike) else data_files)]
+    elif benchmark is not None:
+        spec = get_spec(benchmark)
+        files = [str(p) for split in spec.files if (p := benchmark_path(spec.name, split)).is_file()]
+    else:
+        files = []
+    name = get_spec(benchmark).name if benchmark is not None else "questions"
+    built = shared("corpus:passages", _passage_corpus, name=name, files=files)
+    if built is not None:
+        return built
+    fetch = f"`agent-envs data download {name}` fetches its question files with their passages, or p" \
+        if name in PASSAGE_SOURCES else "P"
+    raise FileNotFoundError(
+        f"{name!r} needs a search corpus: no question file of it in {data_dir()} carries passages "
+        f"(fields {', '.join(PASSAGE_FIELDS)}). {fetch}ass corpus='wiki.jsonl' (JSONL of id, title, text), "
+        "or retriever_url='http://127.0.0.1:8000/retrieve' served by `agent-envs serve-retriever --corpus wiki.jsonl`"
+        + (", or search='web'" if web else "") + " (docs/benchmarks-data.md)"
+    )
+
+
+def _passage_corpus(name: str, files: list[str]) -> str | None:
+    passages, used = collect_passages(files)
+    if not passages:
+        return None
+    path = write_passage_corpus(name, passages, cache_root() / "corpus")
+    print(f"agent-envs: no corpus configured for {name!r}: searching the {len(passages)} passages that ship "
+          f"with its question files ({', '.join(os.path.basename(f) for f in used)}), deduplicated; pass "
+          "corpus= or retriever_url= to search a full Wikipedia", file=sys.stderr)
+    return str(path)
 
 
 def make_qa_env(
@@ -75,7 +125,7 @@ def make_qa_env(
         return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
     if source is None:
         raise ValueError("AgentQA-v0 with a corpus or retriever needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
-    tools = [search_tool(corpus, retriever_url, topk)]
+    tools = [search_tool(corpus, retriever_url, topk, benchmark, data_files)]
     if python is not None:
         tools.append(python_tool(dict(python)))
     return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)

@@ -66,7 +66,7 @@ def make_search_env(
     if search == "web":
         tools: list = [shared("tool:search-web", lambda **kw: SearchTool(WebBackend(**kw), topk=topk), **dict(web or {}))]
     elif search == "local":
-        tools = [search_tool(corpus, retriever_url, topk)]
+        tools = [search_tool(corpus, retriever_url, topk, benchmark, data_files, web=True)]
     else:
         raise ValueError(f"search={search!r} is unknown; use 'local' or 'web'")
     if browse:

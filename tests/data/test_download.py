@@ -124,3 +124,51 @@ def test_errors_name_the_url_and_the_command(aiohttp_server_loop, tmp_path, monk
     with pytest.raises(FileNotFoundError, match="agent-envs data download aime24"):
         gym.make("AgentMath-AIME24-v0")
     assert time.perf_counter() - start < 1.0  # a missing benchmark fails at once, naming the command
+
+
+def test_one_download_makes_the_hotpotqa_env_run(aiohttp_server_loop, tmp_path, monkeypatch, capfd):
+    """`data download hotpotqa` fetches ARPO's questions and IRCoT's questions with their passages;
+    the env then searches those passages (hand-made files in the upstream layouts)."""
+    arpo = json.dumps({"question": "Who founded Quellport?", "answer": ["Bran"]}) + "\n"
+    ircot = json.dumps({"question_id": "5a1", "question_text": "Who founded Quellport?",
+                        "answers_objects": [{"number": "", "date": {"day": "", "month": "", "year": ""},
+                                             "spans": ["Bran"]}],
+                        "contexts": [{"id": "0", "title": "Quellport", "is_supporting": True,
+                                      "paragraph_text": "Quellport was founded by Bran."},
+                                     {"id": "1", "title": "Zephyr", "is_supporting": False,
+                                      "paragraph_text": "Zephyr is a wind."}]}) + "\n"
+    files = {}
+    for table, key, body in ((dl.SOURCES, "hotpotqa", arpo.encode()), (dl.PASSAGE_SOURCES, "hotpotqa", ircot.encode())):
+        pinned = dataclasses.replace(table[key], sha256=hashlib.sha256(body).hexdigest(), size=len(body))
+        monkeypatch.setitem(table, key, pinned)
+        files["/" + pinned.path] = body
+    url = aiohttp_server_loop(files)
+    monkeypatch.setenv("AGENT_ENVS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("AGENT_ENVS_CACHE", str(tmp_path / "cache"))
+    assert main(["data", "download", "hotpotqa", "--base-url", url]) == 0
+    written = sorted(p.relative_to(tmp_path / "data").as_posix() for p in (tmp_path / "data").rglob("*.jsonl"))
+    assert written == ["hotpotqa/arpo_eval_200.jsonl", "hotpotqa/dev_500_ircot_with_contexts.jsonl"]
+    [row] = [json.loads(line) for line in (tmp_path / "data/hotpotqa/dev_500_ircot_with_contexts.jsonl").open()]
+    assert (row["id"], row["question"], row["golden_answers"]) == ("5a1", "Who founded Quellport?", ["Bran"])
+    capfd.readouterr()
+    env = gym.make("AgentQA-HotpotQA-v0")
+    assert "2 passages" in capfd.readouterr().err
+    env.reset(seed=0)
+    obs = env.step("<think>x</think><search>Quellport founded</search>")[0]
+    assert "Quellport was founded by Bran." in obs
+    assert env.step("<think>x</think><answer>\\boxed{Bran}</answer>")[1] == 1.0
+
+
+def test_the_passage_files_convert_to_the_copies_the_tests_use(shared_data):
+    """IRCoT's HotpotQA and KAG's MuSiQue files, rebuilt in their upstream layouts from the shared
+    copies, convert back to the same ids, questions and golden answers."""
+    linked = ("id", "question", "golden_answers", "linked_id", "supporting_doc_ids", "context_doc_ids")
+    for name, file in (("hotpotqa", "dev_500_ircot_with_contexts.jsonl"), ("musique", "dev_100_kag_with_paragraphs.jsonl")):
+        ours = [json.loads(line) for line in (shared_data / name / file).read_text().splitlines()]
+        kag = name == "musique"  # KAG's own fields are id and question; IRCoT's question_id and question_text
+        upstream = [{k: v for k, v in r.items() if k not in linked} | ({"id": r["id"], "question": r["question"]} if kag else {})
+                    for r in ours]
+        body = ("".join(json.dumps(r) + "\n" for r in upstream) if name == "hotpotqa" else json.dumps(upstream)).encode()
+        rows = dl.convert(name, body, dl.PASSAGE_SOURCES[name])
+        assert [(r["id"], r["question"], r["golden_answers"]) for r in rows] == \
+               [(r["id"], r["question"], r["golden_answers"]) for r in ours], name
