@@ -266,6 +266,35 @@ def test_json_calls_of_tools_without_one_string_argument(tmp_path):
                 assert expected in obs, (protocol, obs)
 
 
+NAP_SERVER = """
+import time
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("nap", log_level="WARNING")
+
+@server.tool()
+def nap(seconds: float) -> str:
+    time.sleep(seconds)
+    return "awake"
+
+server.run()
+"""
+
+
+def test_a_call_over_a_short_budget_is_an_observation(tmp_path):
+    """The fast twin of the slow test below: a small server of our own, one call (the restart
+    after it is the slow test's)."""
+    script = tmp_path / "nap_server.py"
+    script.write_text(NAP_SERVER)
+    with McpToolset([sys.executable, str(script)], timeout_s=0.5) as toolset:
+        env = ToolEnv([SIX_BY_SEVEN], toolset.tools(), max_tool_calls=5)
+        env.reset(seed=0)
+        start = time.monotonic()
+        obs, _, terminated, _, info = env.step('<nap>{"seconds": 30}</nap>')
+        assert time.monotonic() - start < 15  # the budget, not the nap, ended it (room for a busy machine)
+        assert "nap timed out after 0.5 seconds" in obs and "restarted on the next call" in obs, obs
+        assert info["tool_result"]["error"] == "timeout" and not terminated
+
+
 @pytest.mark.slow
 def test_server_killed_mid_call_is_an_observation_and_restarts(tmp_path):
     pid_file = tmp_path / "server.pid"
