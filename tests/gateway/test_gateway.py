@@ -235,3 +235,44 @@ def test_the_gateway_command_serves_an_openai_client(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def test_text_between_calls_is_masked_as_observation():
+    """Two calls of one chat, the tool result fed back between them: the sampled ids stay as
+    sampled with mask 1, the text the agent added (rendered by the real chat template) is
+    tokenized once with mask 0 and log-prob 0, and the learner's trajectory keeps that mask."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(seed=0))
+
+    def tokenize(text):
+        return tok.encode(text, add_special_tokens=False)
+
+    def render(messages):
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    chat = [{"role": "system", "content": WARMUP_SYSTEM_PROMPT}, {"role": "user", "content": "What is 6*7?"}]
+    session = SessionLog().session("agent")
+    first = "<think> compute </think> <python>print(6*7)</python>"
+    traj, ids = session.prompt_ids(render(chat), tokenize)
+    sampled_1 = tokenize(first)
+    session.record(traj, ids, sampled_1, [-0.5] * len(sampled_1), first)
+    chat += [{"role": "assistant", "content": first}, {"role": "user", "content": "<result>42</result>"}]
+    rendered = render(chat)
+    between = rendered[len(traj.full_text):]
+    assert "<result>42</result>" in between and between.startswith("<|im_end|>")
+    again, ids = session.prompt_ids(rendered, tokenize)
+    assert again is traj and ids == traj.prompt_ids + sampled_1 + tokenize(between)  # the next call's prompt
+    sampled_2 = tokenize("<answer> \\boxed{42} </answer>")
+    session.record(traj, ids, sampled_2, [-0.25] * len(sampled_2), "<answer> \\boxed{42} </answer>")
+
+    observed = tokenize(between)
+    assert traj.response_ids == sampled_1 + observed + sampled_2
+    assert traj.loss_mask == [1] * len(sampled_1) + [0] * len(observed) + [1] * len(sampled_2)
+    assert traj.logprobs == [-0.5] * len(sampled_1) + [0.0] * len(observed) + [-0.25] * len(sampled_2)
+    assert traj.segment_starts == [0, len(sampled_1) + len(observed)]
+    assert (traj.calls, traj.observations, session.drift) == (2, 1, [])
+    session.reward = 1.0
+    [learner_traj] = to_trajectories([session])
+    learner_traj.validate()
+    assert learner_traj.loss_mask == traj.loss_mask and learner_traj.tool_calls == 1
