@@ -26,6 +26,7 @@ import torch
 
 from agent_envs.base.config import option
 from algorithms.core.batch import PromptDraw, RolloutBatch
+from algorithms.core.credit import lineage_index, owner_spans
 from algorithms.core.group_sampling import run_coroutine
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
@@ -99,25 +100,6 @@ class ARPOLearner(Learner):
         )
 
 
-def _owner_spans(
-    i: int, parent_index: list[int | None], offsets: Sequence[int], width: int, memo: dict
-) -> list[tuple[int, int, int]]:
-    """[(start, end, owner)]: which trajectory first generated each response position of i."""
-    if i in memo:
-        return memo[i]
-    p = parent_index[i]
-    if p is None:
-        spans = [(0, width, i)]
-    else:
-        b = offsets[i]
-        spans = [
-            (s, min(e, b), o) for s, e, o in _owner_spans(p, parent_index, offsets, width, memo) if s < b
-        ]
-        spans.append((b, width, i))
-    memo[i] = spans
-    return spans
-
-
 def hard_attribution(
     advantages: torch.Tensor,
     *,
@@ -138,8 +120,12 @@ def hard_attribution(
     numerator and in N_tok; the other copies get mask 0 (for the loss only). Without `dedupe`
     (`hard_no_dedupe`) every copy keeps A_node and its mask.
 
+    With per-token advantages (`advantage.credit: tree`) a shared token gets the mean of its
+    sharers' advantages at that token: tree credit's node term is the same for every sharer, so
+    only the outcome part is averaged.
+
     Args:
-        advantages: [B] one outcome advantage per trajectory (e.g. GRPO's).
+        advantages: [B] one outcome advantage per trajectory (e.g. GRPO's), or [B, T] per token.
         keys / parents: a unique key per trajectory and its parent's key (within this batch).
         offsets: branch offset of each fork in response positions (ignored for roots).
         mask: [B, T] loss mask over response positions.
@@ -147,37 +133,26 @@ def hard_attribution(
         ([B, T] advantages, [B, T] mask).
     """
     n, width = mask.shape
-    if advantages.shape != (n,):
-        raise ValueError(f"advantages must be [B]={n} (one per trajectory), got {tuple(advantages.shape)}")
-    if not len(keys) == len(parents) == len(offsets) == n:
+    if advantages.shape not in ((n,), (n, width)):
+        raise ValueError(
+            f"advantages must be [B]={n} or [B, T]={(n, width)} (per trajectory or per token), "
+            f"got {tuple(advantages.shape)}"
+        )
+    if len(keys) != n:
         raise ValueError(f"keys, parents and offsets need one entry per trajectory ({n})")
-    index = {k: i for i, k in enumerate(keys)}
-    if len(index) != n:
-        raise ValueError("trajectory keys must be unique within the batch")
-    parent_index: list[int | None] = []
-    for i, p in enumerate(parents):
-        if p is None:
-            parent_index.append(None)
-            continue
-        if p not in index:
-            raise ValueError(
-                f"trajectory {keys[i]!r} is a fork of {p!r}, which is not in the batch; "
-                "keep whole tree groups together (never filter single trajectories of a tree)"
-            )
-        if not 0 <= offsets[i] <= width:
-            raise ValueError(f"trajectory {keys[i]!r}: branch offset {offsets[i]} is outside [0, {width}]")
-        parent_index.append(index[p])
+    parent_index = lineage_index(keys, parents, offsets, width)
 
     memo: dict = {}
-    spans = [_owner_spans(i, parent_index, offsets, width, memo) for i in range(n)]
+    spans = [owner_spans(i, parent_index, offsets, width, memo) for i in range(n)]
     adv = advantages.detach().double()
+    adv = adv[:, None].expand(n, width) if adv.dim() == 1 else adv
     total = torch.zeros(n, width, dtype=torch.float64)  # indexed by owner
     count = torch.zeros(n, width, dtype=torch.float64)
     first = torch.full((n, width), n, dtype=torch.long)
     for j in range(n):
         for s, e, o in spans[j]:
             if s < e:
-                total[o, s:e] += adv[j]
+                total[o, s:e] += adv[j, s:e]
                 count[o, s:e] += 1
                 first[o, s:e] = torch.minimum(first[o, s:e], torch.tensor(j))
     out = torch.zeros(n, width, dtype=torch.float64)

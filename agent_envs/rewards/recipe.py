@@ -15,7 +15,9 @@ A prediction that hedges ("A or B") scores as its weakest candidate in every rec
 
 `tool_cost` (default 0) is subtracted once per tool call from the scalar of a well-formed
 response in the `standard` and `binary` recipes: a cheap way to let RL learn to skip calls a
-task does not need (a correct answer still outweighs a few calls).
+task does not need (a correct answer still outweighs a few calls). When it is set, the amount
+charged is the `tool_cost` component (0 for a malformed response, which is not charged); the
+learners can scale it by the group's pass rate (`reward.tool_cost_scaling`, docs/algorithms.md).
 
 The `arpo` recipe is the reference training reward of ARPO/AEPO (docs/envs.md, The ARPO reference recipe): -1
 when the format check fails or no `\\boxed{}` prediction exists; otherwise the token F1 of the prediction (max
@@ -230,6 +232,9 @@ class RewardRecipe:
             bonus = self.multi_tool_bonus if comps["f1"] > 0 and _both_tools(tool_calls) else 0.0
             return RewardResult(comps["f1"] + bonus, comps)
         cost = self.tool_cost * sum(tool_calls.values()) if self.tool_cost else 0.0
+        if self.tool_cost and self.name in ("standard", "binary"):
+            # its own component, beside correct and format_ok: what the scalar was charged
+            comps["tool_cost"] = cost if format_ok else 0.0
         if self.name == "binary":
             return RewardResult(comps["correct"] - cost if format_ok else 0.0, comps)
         if self.name == "f1":

@@ -121,6 +121,34 @@ def constant_groups(rewards: torch.Tensor, group_ids: torch.Tensor | Sequence[in
     return constant | (size == 1)
 
 
+def pass_rate_tool_cost(
+    rewards: torch.Tensor,
+    tool_cost: torch.Tensor,
+    correct: torch.Tensor,
+    group_ids: torch.Tensor | Sequence[int],
+) -> torch.Tensor:
+    """Rewards with the env's tool cost scaled by the group's pass rate p_g (`reward.tool_cost_scaling:
+    pass_rate`, as prime-rl's length penalty): R'_j = R_j + (1 − p_g)·c_j, where c_j ≥ 0 is what
+    the env subtracted (its `tool_cost` component) and p_g the mean of `correct` over the group. A
+    group that never succeeds keeps its tool calls free, so it is not pushed to stop trying them.
+
+    >>> out = pass_rate_tool_cost(torch.tensor([0.9, -0.2, 0.0, -0.1]), torch.tensor([0.1, 0.2, 0.0, 0.1]),
+    ...                           torch.tensor([1.0, 0.0, 0.0, 0.0]), [0, 0, 1, 1])
+    >>> [round(x, 4) for x in out.tolist()]  # group 0 passes half the time; group 1 never
+    [0.95, -0.1, 0.0, 0.0]
+    """
+    rewards = torch.as_tensor(rewards)
+    n = rewards.numel()
+    if tool_cost.shape != (n,) or correct.shape != (n,):
+        raise ValueError(f"tool_cost and correct need one entry per reward ({n})")
+    if n == 0:
+        return rewards
+    index, k = _group_index(group_ids, n)
+    pass_rate, _, _, _ = group_stats(correct, index, k)
+    out = rewards.double() + (1.0 - pass_rate) * tool_cost.double()
+    return out.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
 ADVANTAGE_ESTIMATORS = {"grpo": grpo_advantages, "rloo": rloo_advantages}
 
 
@@ -152,5 +180,6 @@ __all__ = [
     "group_stats",
     "grpo_advantages",
     "outcome_advantages",
+    "pass_rate_tool_cost",
     "rloo_advantages",
 ]

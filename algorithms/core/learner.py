@@ -15,7 +15,8 @@
 One RL step, `Learner.train_step` (docs/algorithms.md §2.1):
 
 1. collect: seeded prompt draws, `group_size` episodes each, rewards from the envs;
-2. advantages: `compute_advantages` (GRPO's: `advantages.outcome_advantages`);
+2. advantages: `compute_advantages` (GRPO's: `advantages.outcome_advantages`; per token with
+   `advantage.credit: tree | turn`, `credit`);
 3. loss: `ppo_epochs` passes over mini-batches of `mini_batch_prompts` prompts, in micro-batches,
    each scored by `losses.loss_and_metrics` over denominators taken once per mini-batch over every
    rank, so the loss is a true global token mean (§2.3–§2.4);
@@ -38,7 +39,7 @@ import torch
 
 from algorithms.base.seeds import draw_seed, flat_group_id
 from algorithms.core import model_setup as setup
-from algorithms.core.advantages import outcome_advantages
+from algorithms.core.advantages import outcome_advantages, pass_rate_tool_cost
 from algorithms.core.async_rollout import AsyncRollout, async_engine, publish
 from algorithms.core.batch import (
     MicroBatch,
@@ -49,6 +50,7 @@ from algorithms.core.batch import (
     micro_batches,
     minibatch_rows,
 )
+from algorithms.core.credit import credit_scale, tree_credit, turn_credit
 from algorithms.core.evaluation import held_out_tasks
 from algorithms.core.group_sampling import group_rollout
 from algorithms.core.health_watch import HealthWatch
@@ -157,7 +159,13 @@ class Learner:
         return self.rollout(self.step_draws(step)), {}
 
     def shape_rewards(self, trajectories: Sequence[Any]) -> torch.Tensor:
-        return torch.tensor([float(t.reward) for t in trajectories], dtype=torch.float32)
+        rewards = torch.tensor([float(t.reward) for t in trajectories], dtype=torch.float32)
+        if self.config.reward.tool_cost_scaling == "none" or not trajectories:
+            return rewards
+        def component(key: str) -> torch.Tensor:
+            return torch.tensor([float(t.components.get(key, 0.0) or 0.0) for t in trajectories])
+        groups = [t.group_id for t in trajectories]
+        return pass_rate_tool_cost(rewards, component("tool_cost"), component("correct"), groups)
 
     def compute_advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -167,7 +175,23 @@ class Learner:
             batch.rewards, batch.group_ids, estimator=cfg.advantage_estimator,
             scale_rewards=cfg.scale_rewards, eps=cfg.adv_eps, every_reward=every,
         )  # fmt: skip
-        return adv, batch.loss_mask
+        credit = cfg.advantage.credit
+        if credit == "outcome":
+            return adv, batch.loss_mask
+        trajs = batch.trajectories
+        scale = credit_scale(batch.rewards, batch.group_ids, estimator=cfg.advantage_estimator,
+                             scale_rewards=cfg.scale_rewards, eps=cfg.adv_eps, every_reward=every)  # fmt: skip
+        lengths = [len(t.response_ids) for t in trajs]
+        if credit == "tree":  # [B, T]: per node of the tree (algorithms/core/credit.py)
+            adv = tree_credit(
+                adv, batch.rewards, keys=[(t.group_id, t.traj_id) for t in trajs],
+                parents=[None if t.parent_id is None else (t.group_id, t.parent_id) for t in trajs],
+                offsets=[t.branch_offset or 0 for t in trajs], lengths=lengths, scale=scale,
+            )  # fmt: skip
+        else:  # turn
+            adv = turn_credit(batch.rewards, batch.group_ids.tolist(), segment_starts=[t.segment_starts for t in trajs],
+                              lengths=lengths, scale=scale, leave_one_out=cfg.advantage_estimator == "rloo")  # fmt: skip
+        return adv[:, : batch.loss_mask.shape[1]], batch.loss_mask
 
     def needs_entropy(self) -> bool:
         # any feature or metric that needs the entropy turns it on, not entropy_coeff alone (D9)
@@ -290,10 +314,11 @@ class Learner:
             return publish(self)
         setup.push_weights(self.accelerator, self.model, self.engine, self.config.engine)
 
-    def train(self, resume: str | os.PathLike | bool | None = None) -> list[dict[str, float]]:
+    def train(self, resume: str | os.PathLike | bool | None = None, overwrite: bool = False) -> list[dict[str, float]]:
         """Run steps until `total_steps`, with validation, logs and checkpoints around them
-        (algorithms/core/run.py); returns the logged metrics of the steps run here."""
-        return run_training(self, resume)
+        (algorithms/core/run.py); returns the logged metrics of the steps run here. An
+        `output_dir` that holds another run needs `resume` or `overwrite` (run_folder.py)."""
+        return run_training(self, resume, overwrite)
 
 
 __all__ = ["Learner"]

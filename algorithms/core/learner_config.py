@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent_envs.base.config import check_types, option
+from agent_envs.base.config import check_types, option, require
 from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
 from algorithms.models.lora import LoRAConfig
 
@@ -30,6 +30,29 @@ ScaleRewards = Literal["group", "batch", "none"]
 PolicyLoss = Literal["ppo_clip", "ppo_clip_gradpreserve"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+"]
+Credit = Literal["outcome", "tree", "turn"]
+
+
+@dataclass
+class AdvantageConfig:
+    """How an outcome advantage is spread over a trajectory's tokens (a learner's `advantage` field:
+    `advantage.credit=tree` on the command line; formulas in docs/algorithms.md, Credit assignment)."""
+
+    credit: Credit = option(
+        "outcome", "outcome: every token gets its trajectory's advantage; tree (arpo, aepo): plus the "
+        "value gain of its node over the branch point before it; turn (grpo, dapo): per turn, against "
+        "the group's trajectories that reached that turn")
+
+
+@dataclass
+class RewardConfig:
+    """The learner's step on the env's rewards (a learner's `reward` field). The per-call tool cost
+    itself is the env's (`env_kwargs.reward_kwargs.tool_cost`, logged as the `tool_cost`
+    component); scaling it needs the whole group, so it is here (docs/algorithms.md, Tool cost)."""
+
+    tool_cost_scaling: Literal["none", "pass_rate"] = option(
+        "none", "none: the env's tool cost as charged; pass_rate: multiplied by the group's pass rate "
+        "(mean `correct`), so a group that never solves its task pays nothing for trying tools")
 
 
 def removed(replacement: str) -> Any:
@@ -92,6 +115,10 @@ class LearnerConfig:
     advantage_estimator: AdvantageEstimator = option("grpo", "outcome advantage: grpo or rloo")
     scale_rewards: ScaleRewards = option("group", "advantage std: per group, per batch, or none (Dr. GRPO)")
     adv_eps: float = option(1e-6, "added to the std of the advantage normalisation")
+    advantage: AdvantageConfig = option(
+        factory=AdvantageConfig, help="per-token credit: outcome, tree or turn (advantage.credit=tree)")
+    reward: RewardConfig = option(
+        factory=RewardConfig, help="the learner's step on the env's rewards (reward.tool_cost_scaling=pass_rate)")
     policy_loss: PolicyLoss = option(
         "ppo_clip", "ppo_clip, or ppo_clip_gradpreserve (scaled gradient above the upper clip, AEPO)"
     )
@@ -182,6 +209,11 @@ class LearnerConfig:
         need(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes",
              f"must be >= 1 when validation is on (eval_every={self.eval_every})")
+        tree = any(f.name == "tree" for f in dataclasses.fields(self))  # the tree rollouts' learners have one
+        require(self.advantage.credit != "tree" or tree, "advantage.credit",
+                "tree needs tree rollouts (--algo arpo or aepo); flat groups have turn", self.advantage.credit)
+        require(self.advantage.credit != "turn" or not tree, "advantage.credit",
+                "turn is for flat groups (grpo, dapo); tree rollouts have tree", self.advantage.credit)
         choose_threads(self.threads, cores=1, load=0.0)  # raises on a bad value, naming the field
         # the engine samples from the truncated distribution, but `forward` recomputes log-probs
         # of the full softmax at T: the PPO ratio and IS weights are then biased
@@ -200,12 +232,15 @@ class LearnerConfig:
 
 
 __all__ = [
+    "AdvantageConfig",
     "AdvantageEstimator",
+    "Credit",
     "Engine",
     "KLEstimator",
     "LearnerConfig",
     "LossAggMode",
     "PolicyLoss",
+    "RewardConfig",
     "ScaleRewards",
     "removed",
 ]

@@ -39,6 +39,8 @@ def rollout_metrics(batch: RolloutBatch, gather_lists: Gather) -> dict[str, floa
         "truncated": [float(t.truncated) for t in trajs],
         "advantage": (batch.advantages if batch.advantages.dim() == 1 else batch.advantages[:, 0]).tolist(),
     }
+    if any("tool_cost" in t.components for t in trajs):  # the env charges tool calls (same on every rank)
+        rows["tool_cost"] = [float(t.components.get("tool_cost", 0.0) or 0.0) for t in trajs]
     gathered = gather_lists(rows)
     out: dict[str, float] = {"num_trajectories": float(len(gathered["reward"]))}
     for key, values in gathered.items():

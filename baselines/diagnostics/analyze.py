@@ -23,6 +23,8 @@ Definitions (docs/diagnostics.md has the pictures):
 * **series**: runs are pooled by algorithm (seeds together); an evaluate output is its own
   series: `<algorithm> <folder>` inside a learner run (`grpo eval_sampled`), else its path.
 * **tokens per solved task**: generated tokens over all trajectories / sum of `correct`.
+* **tool cost / traj**: the mean of the env's `tool_cost` reward component (what the scalar was
+  charged for tool calls; a column only when some run's env charges it, `reward_kwargs.tool_cost`).
 * **representation** (PCA): the bag of the token ids a trajectory generated (loss mask 1),
   weighted by tf-idf over the trajectories drawn (up to `--max-points` per run, uniformly), the
   `--max-features` ids in most trajectories kept, rows scaled to unit length, then centred and
@@ -51,7 +53,7 @@ from baselines.diagnostics.runs import Run, find_runs
 
 WINDOW = (-10, 30)
 # reward components plotted over training, when the env reports them
-REWARD_COMPONENTS = ("reward", "correct", "format_ok", "f1")
+REWARD_COMPONENTS = ("reward", "correct", "format_ok", "f1", "tool_cost")
 
 
 def tool_result_ends(loss_mask: Sequence[int]) -> list[int]:
@@ -98,6 +100,7 @@ class RunStats:
     trajectories: int = 0
     reward_sum: float = 0.0
     correct_sum: float = 0.0
+    tool_cost_sum: float | None = None  # the env's `tool_cost` component, when it charges one
     generated_tokens: int = 0
     tool_calls: Counter = field(default_factory=Counter)  # tool calls -> trajectories
     entropy_sum: float = 0.0  # over every model token that has an entropy
@@ -113,6 +116,9 @@ class RunStats:
         self.reward_sum += float(t.reward)
         correct = _number(t.components.get("correct")) or 0.0
         self.correct_sum += correct
+        cost = _number(t.components.get("tool_cost"))
+        if cost is not None:
+            self.tool_cost_sum = (self.tool_cost_sum or 0.0) + cost
         self.generated_tokens += t.num_generated
         self.tool_calls[int(t.tool_calls)] += 1
         self.depth[int(t.lineage.get("depth", 0))] += 1
@@ -157,6 +163,7 @@ class RunStats:
             "reward": self.reward_sum / n if self.trajectories else None,
             "accuracy": self.correct_sum / n if self.trajectories else None,
             "tool_calls": sum(k * v for k, v in self.tool_calls.items()) / n if self.trajectories else None,
+            "tool_cost": self.tool_cost_sum / n if self.tool_cost_sum is not None else None,
             "generated_tokens": self.generated_tokens / n if self.trajectories else None,
             "tokens_per_solved": self.generated_tokens / self.correct_sum if self.correct_sum else None,
             "entropy_mean": self.entropy_sum / self.entropy_tokens if self.entropy_tokens else None,
@@ -365,6 +372,8 @@ def _cell(value: Any) -> str:
 def markdown(summary: dict[str, Any]) -> str:
     rows = summary["runs"]
     columns = list(COLUMNS)
+    if any(r["tool_cost"] is not None for r in rows):
+        columns.insert(columns.index(("tool_calls", "tool calls / traj")) + 1, ("tool_cost", "tool cost / traj"))
     if any(r["health_flagged"] is not None for r in rows):
         columns.append(("health_flagged", "health-flagged trajectories"))
     lines = ["# Run analysis", "", "Runs: " + ", ".join(f"`{p}`" for p in summary["inputs"]), "",
