@@ -57,3 +57,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The GPU check (docs/scaling.md, "The GPU check"): our engine and learner paths on one GPU, at most 8
+# minutes, nothing downloaded. It runs the python that has the CUDA build of torch (GPU_PYTHON=...), not
+# this venv's CPU build, and installs nothing; GPU_CHECK_ARGS=--dry-run checks the command in seconds.
+GPU_PYTHON ?= python3
+.PHONY: gpu-check
+gpu-check:
+	$(GPU_PYTHON) -m algorithms.gpu_check $(GPU_CHECK_ARGS)
