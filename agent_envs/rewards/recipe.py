@@ -17,7 +17,7 @@ A prediction that hedges ("A or B") scores as its weakest candidate in every rec
 response in the `standard` and `binary` recipes: a cheap way to let RL learn to skip calls a
 task does not need (a correct answer still outweighs a few calls). When it is set, the amount
 charged is the `tool_cost` component (0 for a malformed response, which is not charged); the
-learners can scale it by the group's pass rate (`reward.tool_cost_scaling`, docs/algorithms.md).
+learners can scale it by the group's pass rate (`reward.tool_cost_scaling`, docs/algorithms.md §11.2).
 
 The `arpo` recipe is the reference training reward of ARPO/AEPO (docs/envs.md, The ARPO reference recipe): -1
 when the format check fails or no `\\boxed{}` prediction exists; otherwise the token F1 of the prediction (max

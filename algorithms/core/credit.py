@@ -7,8 +7,8 @@
     [[0.5, 0.5, 1.0, 1.0], [-0.5, -0.5, -1.0, -1.0]]
 
 `outcome` (the default) gives every token of a trajectory its outcome advantage A_j (GRPO's or
-RLOO's, `algorithms/core/advantages.py`). The two other modes (formulas: docs/algorithms.md,
-"Credit assignment: tree and turn"):
+RLOO's, `algorithms/core/advantages.py`). The two other modes (formulas: docs/algorithms.md
+§11.1):
 
 * `tree` (ARPO, AEPO: tree rollouts): a node of the tree is a run of tokens shared by the same set
   of trajectories; its value V(n) is the mean reward of those trajectories. A token in a node n

@@ -36,7 +36,7 @@ Credit = Literal["outcome", "tree", "turn"]
 @dataclass
 class AdvantageConfig:
     """How an outcome advantage is spread over a trajectory's tokens (a learner's `advantage` field:
-    `advantage.credit=tree` on the command line; formulas in docs/algorithms.md, Credit assignment)."""
+    `advantage.credit=tree` on the command line; formulas in docs/algorithms.md §11.1)."""
 
     credit: Credit = option(
         "outcome", "outcome: every token gets its trajectory's advantage; tree (arpo, aepo): plus the "
@@ -48,7 +48,7 @@ class AdvantageConfig:
 class RewardConfig:
     """The learner's step on the env's rewards (a learner's `reward` field). The per-call tool cost
     itself is the env's (`env_kwargs.reward_kwargs.tool_cost`, logged as the `tool_cost`
-    component); scaling it needs the whole group, so it is here (docs/algorithms.md, Tool cost)."""
+    component); scaling it needs the whole group, so it is here (docs/algorithms.md §11.2)."""
 
     tool_cost_scaling: Literal["none", "pass_rate"] = option(
         "none", "none: the env's tool cost as charged; pass_rate: multiplied by the group's pass rate "
