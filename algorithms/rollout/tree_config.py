@@ -16,7 +16,7 @@ passed to `TreeRollout` as `budget`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from agent_envs.base.config import check_types, option, require
 
@@ -39,7 +39,8 @@ class TreeConfig:
     branch_mode: Literal["sample", "threshold"] = option(
         "sample", "sample: fork iff u < P; threshold: fork iff α + β·ΔH > τ (deterministic)"
     )
-    branch_rule: BranchRuleName = option(
+    # a str checked in validate(), so the old values `ours|reference` get a message naming their new key
+    branch_rule: str = option(
         "entropy",
         "where a rollout branches: entropy (ARPO), turn (Tree-GRPO), entropy_value (APPO), "
         "mixed_outcome (TRACE); docs/algorithms.md §6.9",
@@ -77,6 +78,8 @@ class TreeConfig:
                 f"{self.branch_rule}' (tree.branch_rule picks the rule: entropy, turn, entropy_value, mixed_outcome)"
             )
         check_types(self, "tree.")
+        rules = list(get_args(BranchRuleName))
+        require(self.branch_rule in rules, "tree.branch_rule", f"must be one of {rules}", self.branch_rule)
 
         def need(ok: bool, key: str, what: str) -> None:
             require(ok, f"tree.{key}", what, getattr(self, key))

@@ -2,20 +2,22 @@
 outcomes are mixed, where one more sample is most likely to add reward contrast.
 
 TRACE scores each anchor (the prompt, or the prefix up to a thought-action-observation turn) by
-how likely its continuations are to end both ways, p(1 − p) with p the predicted success
-probability, and allocates rollouts to the best anchors. Here p is not predicted: it is the
-mean reward of the paths seen so far through the node (`prefix_nodes`), and the score is their
-reward variance (p(1 − p) for 0/1 rewards). After the N initial paths end, each wave forks the
-N best nodes with a nonzero score (ties: the node with fewer paths through it, then the deeper,
-then the earlier); the prompt itself is a node too, and choosing it, or finding no mixed node,
-means a top-up. Waves repeat until M paths.
+how likely its continuations are to end both ways, p(1 − p) with p the success probability a
+learned predictor gives, and allocates rollouts to the best anchors. Here nothing is learned:
+a node (`prefix_nodes`) is scored by the variance of the rewards seen through it, with the
+prompt's mean reward added as one pseudo-observation (so a prefix seen once scores by how far
+its outcome lies from the prompt's: (r − r̄)²/4). The prompt's own budget is fixed (M per
+prompt), so only prefixes after a tool result are anchors. After the N initial paths end, each
+wave forks the N best nodes with a nonzero score (ties: fewer paths through it, then deeper,
+then earlier); budget without such a node (every outcome equal) goes to top-ups. Waves repeat
+until M paths.
 
     >>> paths = [PathView(0, None, None, 1.0, [0, 5]), PathView(1, 0, 5, 0.0, [0, 5]),
     ...          PathView(2, None, None, 1.0, [0, 7])]
     >>> round(outcome_variance([1.0, 0.0, 1.0]), 4)
     0.2222
-    >>> MixedOutcomeRule().anchors(paths, 2, None, TreeConfig())
-    [Anchor(path=0, offset=5, score=0.25)]
+    >>> [(a.path, a.offset, round(a.score, 4)) for a in MixedOutcomeRule().anchors(paths, 2, None, TreeConfig())]
+    [(0, 5, 0.1728), (2, 7, 0.0278)]
 """
 
 from __future__ import annotations
@@ -43,14 +45,15 @@ class MixedOutcomeRule:
         return min(initial, left)
 
     def anchors(self, paths: Sequence[PathView], k: int, rng: random.Random, cfg: TreeConfig) -> list[Anchor]:
-        """The k most mixed nodes (score > 0); the prompt's node becomes a top-up (not returned)."""
+        """The k most mixed prefixes after a tool result (score > 0)."""
+        prior = math.fsum(p.reward for p in paths) / len(paths)
         ranked = []
         for (owner, offset), through in prefix_nodes(paths).items():
-            score = outcome_variance([paths[j].reward for j in through])
-            if score > 0:
+            score = outcome_variance([*(paths[j].reward for j in through), prior])
+            if offset > 0 and score > 1e-12:
                 ranked.append((-score, len(through), -offset, owner, offset, score))
         ranked.sort()
-        return [Anchor(owner, offset, score) for *_, owner, offset, score in ranked[:k] if offset > 0]
+        return [Anchor(owner, offset, score) for *_, owner, offset, score in ranked[:k]]
 
 
 __all__ = ["MixedOutcomeRule", "outcome_variance"]
