@@ -43,7 +43,7 @@ class TreeConfig:
     branch_rule: str = option(
         "entropy",
         "where a rollout branches: entropy (ARPO), turn (Tree-GRPO), entropy_value (APPO), "
-        "mixed_outcome (TRACE); docs/algorithms.md §6.9",
+        "mixed_outcome (TRACE); docs/algorithms.md §6.10",
     )
     entropy_formula: Literal["ours", "reference"] = option(
         "ours", "entropy rule: ours (one formula, penalty per path) or reference (the public code's)"

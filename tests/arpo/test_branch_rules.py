@@ -1,4 +1,4 @@
-"""Branch rules (`tree.branch_rule`, docs/algorithms.md §6.9): each rule's decision on hand-computed
+"""Branch rules (`tree.branch_rule`, docs/algorithms.md §6.10): each rule's decision on hand-computed
 cases, every rule at the same budget on tiny-model rollouts, forks of stateful python sessions,
 and `agent-envs train` with each rule, tree packing and the branch-tree viewer."""
 

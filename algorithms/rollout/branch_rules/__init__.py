@@ -1,6 +1,6 @@
 """Branch rules of the tree rollout: where (and whether) a path is forked, one rule per module.
 
-`tree.branch_rule` picks one (docs/algorithms.md §6.9). The rollout loop (`tree.py`) is the same
+`tree.branch_rule` picks one (docs/algorithms.md §6.10). The rollout loop (`tree.py`) is the same
 for all; a rule only chooses fork points:
 
 * an *online* rule (`entropy`, ARPO's) decides at each tool result while the paths run;

@@ -13,7 +13,7 @@ samples on from there), then the highest remaining scores of any sign, then top-
 APPO's code sets Ω_t = exp(Σ γ^(k−t)·(log π_current − log π_rollout)), a likelihood gain of the
 current policy over the one that sampled; here rollout and training weights are the same when
 branches are chosen, so that ratio is 1 everywhere, and Ω is the discounted log-likelihood of
-the path's own continuation instead (docs/algorithms.md §6.9).
+the path's own continuation instead (docs/algorithms.md §6.10).
 
     >>> future_values([-1.0, -2.0, 0.0], [True, True, False], gamma=0.5)
     [-2.0, -2.0, 0.0]
