@@ -29,6 +29,7 @@ from typing import ClassVar
 from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
+from agent_envs.worlds.ambiguity import AMBIGUITY_HELP, careful_search, change_years, confusable, fresh_names
 from agent_envs.worlds.base import World, WorldConfig, register_world
 from agent_envs.worlds.names import NameMaker
 
@@ -118,6 +119,44 @@ INTROS = {
 COMPANY_SUFFIXES = ("Labs", "Works", "Systems", "Motors", "Foods", "Media")
 
 
+@dataclass(frozen=True)
+class Change:
+    """How text says a relation that changed over time (only with `ambiguity` > 0)."""
+
+    since: str  # the passage sentence: "{s} moved from {old} to {o} in {y}."
+    current_phrase: str  # "the current home city of {x}"
+    current_question: str
+    past_question: str  # "{y}" is a year before the change
+
+
+CHANGES = {
+    "based_in": Change(
+        "{s} moved from {old} to {o} in {y}.",
+        "the current home city of {x}",
+        "In which city is {x} based today?",
+        "In which city was {x} based in {y}?",
+    ),
+    "made_by": Change(
+        "{s} passed from {old} to {o} in {y}.",
+        "the current maker of {x}",
+        "Which company makes {x} today?",
+        "Which company made {x} in {y}?",
+    ),
+    "capital": Change(
+        "The capital of {s} moved from {old} to {o} in {y}.",
+        "the current capital of {x}",
+        "What is the capital of {x} today?",
+        "What was the capital of {x} in {y}?",
+    ),
+}
+# Said after a namesake's name wherever the entity is named: "Bela Tramor (painter)". People and
+# companies have namesakes; other kinds have near-namesakes or changed facts (passages stay short).
+DESCRIPTORS = {"person": "{w}", "company": "{w} company"}
+# A word of each relation's sentence: what a careful search adds when the name alone misses.
+KEYWORDS = {"born_in": "born", "attended": "studied", "founded_by": "founded", "based_in": "based",
+            "made_by": "made", "located_in": "located", "in_country": "country", "capital": "capital"}
+
+
 @dataclass
 class Entity:
     id: str
@@ -125,13 +164,27 @@ class Entity:
     name: str
     intro: str
     facts: dict[str, str] = field(default_factory=dict)  # relation name -> object entity id
+    word: str = ""  # the intro's attribute ("painter", "small")
+    # with `ambiguity` > 0 only: what tells a namesake apart, and relation -> (old object id, year
+    # an old page listed it, year it changed)
+    descriptor: str = ""
+    history: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        """How other text names this entity: with its descriptor when it has a namesake."""
+        return f"{self.name} ({self.descriptor})" if self.descriptor else self.name
+
+    def sentence(self, rel: Relation, entities: dict[str, Entity]) -> str:
+        """The passage sentence stating this entity's `rel` fact."""
+        obj = entities[self.facts[rel.name]]
+        if rel.name in self.history:
+            old, _, since = self.history[rel.name]
+            return CHANGES[rel.name].since.format(s=self.name, o=obj.ref, y=since, old=entities[old].ref)
+        return rel.sentence.format(s=self.name, o=obj.ref)
 
     def passage(self, entities: dict[str, Entity]) -> str:
-        sentences = [self.intro]
-        for rel in RELATIONS:
-            if rel.name in self.facts:
-                sentences.append(rel.sentence.format(s=self.name, o=entities[self.facts[rel.name]].name))
-        return " ".join(sentences)
+        return " ".join([self.intro] + [self.sentence(r, entities) for r in RELATIONS if r.name in self.facts])
 
 
 @dataclass
@@ -141,6 +194,7 @@ class KnowledgeConfig(WorldConfig):
     difficulty: int = option(2, "questions have min_hops..difficulty hops (1-4)")
     min_hops: int = option(1, "the fewest hops of a question")
     n_people: int = option(120, "world size; the other kinds scale with it (cities n/3, companies n/2, ...)")
+    ambiguity: float = option(0.0, AMBIGUITY_HELP)
 
     max_difficulty: ClassVar[int] = 4
 
@@ -189,7 +243,7 @@ class KnowledgeWorld(World):
                     name = names.word()
                 intro = template.format(s=name, w=word)
                 intro = intro.replace(" a ", " an ", 1) if word[0] in "aeiou" else intro
-                by_kind.setdefault(kind, []).append(Entity(f"{kind}{i}", kind, name, intro))
+                by_kind.setdefault(kind, []).append(Entity(f"{kind}{i}", kind, name, intro, word=word))
         countries, cities = by_kind["country"], by_kind["city"]
         for i, city in enumerate(cities):  # every country gets at least one city, so it has a capital
             country = countries[i] if i < len(countries) else rng.choice(countries)
@@ -203,16 +257,84 @@ class KnowledgeWorld(World):
                 continue
             for ent in by_kind[rel.subject]:
                 ent.facts[rel.name] = rng.choice(by_kind[rel.object]).id
-        return {e.id: e for kind in by_kind.values() for e in kind}
+        ents = {e.id: e for kind in by_kind.values() for e in kind}
+        if self.config.ambiguity > 0:
+            self.rivals = tuple(self._make_rivals(ents, by_kind))
+        return ents
+
+    # namesakes and near-namesakes, which no passage links to (set by `entities`, ambiguity > 0)
+    rivals: tuple[Entity, ...] = ()
+
+    def _make_rivals(self, ents: dict[str, Entity], by_kind: dict[str, list[Entity]]) -> list[Entity]:
+        """Give each confusable entity one confusion its kind allows: a namesake with another
+        attribute (and a descriptor for both), a near-namesake sharing its first word, or a
+        changed fact (with an old page that still states the old one)."""
+        rng = Random(f"knowledge-ambiguity:{self.config.seed}")
+        names = fresh_names(rng, [e.name for e in ents.values()])
+        rivals: list[Entity] = []
+
+        def rival(e: Entity, suffix: str, name: str, words: tuple[str, ...]) -> Entity:
+            word = rng.choice([w for w in words if w != e.word])
+            template = INTROS[e.kind][0]
+            intro = template.format(s=name, w=word)
+            intro = intro.replace(" a ", " an ", 1) if word[0] in "aeiou" else intro
+            r = Entity(f"{e.id}-{suffix}", e.kind, name, intro, word=word)
+            # facts about other entities (nothing links to a rival); a near-namesake's passage
+            # states one, so that the search results stay short
+            rels = [rel for rel in RELATIONS if rel.subject == e.kind and rel.name in e.facts]
+            for rel in rels if suffix == "namesake" else rels[:1]:
+                r.facts[rel.name] = rng.choice(by_kind[rel.object]).id
+            rivals.append(r)
+            return r
+
+        for e in list(ents.values()):
+            if not confusable(rng, self.config.ambiguity):
+                continue
+            words, first = INTROS[e.kind][1], e.name.split()[0]
+            changes = {rel.name: [x for x in by_kind[rel.object] if x.id != e.facts[rel.name]
+                                  and (rel.name != "capital" or x.facts["in_country"] == e.id)]
+                       for rel in RELATIONS if rel.subject == e.kind and rel.name in CHANGES}
+            kinds = (["namesake"] * (e.kind in DESCRIPTORS) + ["near"] * (e.kind in ("person", "company", "product"))
+                     + ["changed"] * any(changes.values()))
+            kind = rng.choice(kinds) if kinds else None  # one confusion each: cities and universities have none
+            if kind == "namesake":
+                twin = rival(e, "namesake", e.name, words)
+                e.descriptor, twin.descriptor = (DESCRIPTORS[e.kind].format(w=x.word) for x in (e, twin))
+            elif kind == "near" and e.kind == "person":
+                rival(e, "near", f"{first} {names.word()}", words)
+            elif kind == "near" and e.kind == "company":
+                suffix = rng.choice([x for x in COMPANY_SUFFIXES if not e.name.endswith(x)])
+                rival(e, "near", f"{first} {suffix}", words)
+            elif kind == "near":
+                other = rng.choice([w for w in words if w != e.word])
+                rival(e, "near", f"{first} {other.capitalize()}", (other,))
+            elif kind == "changed":
+                rel_name, olds = next((r, olds) for r, olds in changes.items() if olds)
+                e.history[rel_name] = (rng.choice(olds).id, *change_years(rng))
+        return rivals
 
     @cached_property
     def corpus(self) -> list[dict[str, str]]:
-        """One passage per entity: `{"id", "title", "text"}` dicts (what the search tool indexes)."""
+        """One passage per entity: `{"id", "title", "text"}` dicts (what the search tool indexes).
+        With `ambiguity` > 0, the rivals' passages follow, then one old page per changed fact."""
         ents = self.entities
-        return [
-            {"id": f"kb{self.config.seed}-{e.id}", "title": e.name, "text": e.passage(ents)}
-            for e in ents.values()
-        ]
+        seed = self.config.seed
+        docs = [{"id": f"kb{seed}-{e.id}", "title": e.name, "text": e.passage(ents)} for e in ents.values()]
+        both = {**ents, **{r.id: r for r in self.rivals}}
+        docs += [{"id": f"kb{seed}-{r.id}", "title": r.name, "text": r.passage(both)} for r in self.rivals]
+        for e in ents.values():
+            for rel in RELATIONS:
+                if rel.name in e.history:
+                    old, listed, _ = e.history[rel.name]
+                    text = f"Listed in {listed}: " + rel.sentence.format(s=e.name, o=ents[old].ref)
+                    docs.append({"id": f"kb{seed}-{e.id}-{listed}", "title": e.name, "text": text})
+        return docs
+
+    @cached_property
+    def _backend(self):  # the same BM25 the search tool runs, for the careful gold traces
+        from agent_envs.retrieval import BM25Backend
+
+        return BM25Backend(self.corpus)
 
     @cached_property
     def _chains(self) -> dict[int, list[tuple[Relation, ...]]]:
@@ -247,6 +369,8 @@ class KnowledgeWorld(World):
                 path.append(ents[path[-1].facts[rel.name]])
             if len({e.id for e in path}) == len(path):
                 break
+        if self.config.ambiguity > 0:
+            return self._make_ambiguous_task(rng, index, chain, path)
         phrase = path[0].name
         for rel in chain[:-1]:
             phrase = rel.noun_phrase.format(x=phrase)
@@ -262,6 +386,10 @@ class KnowledgeWorld(World):
                 trace.append(f"<think> {fact} </think> <search> {path[k + 1].name} </search>")
             else:
                 trace.append(f"<think> {fact} </think> <answer> \\boxed{{{path[-1].name}}} </answer>")
+        return self._task(index, question, trace, teacher, chain, path)
+
+    def _task(self, index: int, question: str, trace: list[str], teacher: str, chain: tuple[Relation, ...],
+              path: list[Entity], **extra: object) -> Task:
         return Task(
             id=self.task_id(index),
             question=question,
@@ -271,9 +399,66 @@ class KnowledgeWorld(World):
             metadata=self.metadata(
                 index,
                 teacher,
-                hops=hops,
+                hops=len(chain),
                 tool_calls=len(trace) - 1,
                 relations=[r.name for r in chain],
                 path=[e.name for e in path],
+                **extra,
             ),
         )
+
+    def _make_ambiguous_task(self, rng: Random, index: int, chain: tuple[Relation, ...], path: list[Entity]) -> Task:
+        """The task of the same draws in a world with rivals: the question names the attribute
+        that tells a namesake apart and says "today" or a year where a fact changed; the gold
+        trace reads the results, searches again when the one meant is not shown, and takes the
+        fact the wording asks for. Draws beyond the base task's come last, and only here."""
+        ents, seed = self.entities, self.config.seed
+        phrase = path[0].ref
+        for k, rel in enumerate(chain[:-1]):
+            changed = rel.name in path[k].history
+            phrase = (CHANGES[rel.name].current_phrase if changed else rel.noun_phrase).format(x=phrase)
+        teacher = "shortcut" if len(chain) > 1 and self.takes_shortcut(rng) else "intended"
+        last, subject = chain[-1], path[-2]
+        year = None
+        if last.name in subject.history:
+            old, listed, since = subject.history[last.name]
+            if rng.random() < 0.5 and ents[old] not in path:  # ask for the fact before the change
+                year = rng.randint(listed, since - 1)
+                path = [*path[:-1], ents[old]]
+                question = CHANGES[last.name].past_question.format(x=phrase, y=year)
+            else:
+                question = CHANGES[last.name].current_question.format(x=phrase)
+        else:
+            question = last.question.format(x=phrase)
+        met: list[str] = []
+        trace = [f"<think> I need to search for {path[0].name}. </think> <search> {path[0].name} </search>"]
+        for k, rel in enumerate(chain[: 1 if teacher == "shortcut" else None]):
+            e = path[k]
+            queries = [e.name] + [f"{e.name} {e.word}"] * bool(e.descriptor) + [f"{e.name} {KEYWORDS[rel.name]}"]
+            issued, shown = careful_search(self._backend, queries, f"kb{seed}-{e.id}")
+            for query in issued[1:]:
+                met.append("searched_again")
+                trace.append(f"<think> None of the results is {e.ref}. </think> <search> {query} </search>")
+            notes = []
+            if f"kb{seed}-{e.id}-namesake" in shown:
+                met.append("namesake")
+                notes.append(f"Doc {shown.index(f'kb{seed}-{e.id}') + 1} is the {e.descriptor}.")
+            if shown[0] != f"kb{seed}-{e.id}":
+                met.append("not_first")
+            if f"kb{seed}-{e.id}-near" in shown:
+                met.append("near_namesake")
+            fact = e.sentence(rel, ents)
+            if rel.name in e.history:
+                met.append("outdated")
+                _, listed, since = e.history[rel.name]
+                if f"kb{seed}-{e.id}-{listed}" in shown:
+                    notes.append(f"The {listed} page is old.")
+                fact += f" So in {year} it was {path[k + 1].name}." if year and k + 1 == len(chain) else ""
+            if teacher == "shortcut":  # stops at the first hop: wrong, as in the world without rivals
+                trace.append(f"<think> {fact} </think> <answer> \\boxed{{{ents[e.facts[rel.name]].name}}} </answer>")
+            elif k + 1 < len(chain):
+                trace.append(f"<think> {' '.join([*notes, fact])} </think> <search> {path[k + 1].name} </search>")
+            else:
+                trace.append(f"<think> {' '.join([*notes, fact])} </think> <answer> \\boxed{{{path[-1].name}}} </answer>")
+        return self._task(index, question, trace, teacher, chain, path, ambiguous=bool(met),
+                          ambiguity=sorted(set(met)))
