@@ -28,7 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from agent_envs.core.spaces import UnicodeText
-from agent_envs.remote.http import PermanentError, RetryPolicy, SessionPool, TransientError, with_retries
+from agent_envs.net.http import PermanentError, RetryPolicy, SessionPool, TransientError, with_retries
 
 # steps carry a request id and the server answers a repeat from its cache, so a retry after a
 # dropped connection is safe; a server that refuses connections is retried only briefly

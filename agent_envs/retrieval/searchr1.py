@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agent_envs.remote.http import (
+from agent_envs.net.http import (
     PermanentError,
     RetryPolicy,
     SessionPool,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from agent_envs.remote.http import (
+from agent_envs.net.http import (
     PermanentError,
     RetryPolicy,
     SessionPool,

@@ -38,7 +38,7 @@ from typing import Any
 
 import aiohttp
 
-from agent_envs.remote.http import SessionPool
+from agent_envs.net.http import SessionPool
 from agent_envs.rewards.extract import too_long
 from agent_envs.rewards.qa import normalize_answer
 

@@ -29,8 +29,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 
 from agent_envs.base.messages import MESSAGES
 from agent_envs.base.tool import Tool, ToolResult
-from agent_envs.remote.cache import ToolCache
-from agent_envs.remote.http import (
+from agent_envs.net.http import (
     LoopSemaphore,
     PermanentError,
     RetryPolicy,
@@ -39,6 +38,7 @@ from agent_envs.remote.http import (
     raise_for_status,
     with_retries,
 )
+from agent_envs.remote.cache import ToolCache
 
 # Elements whose text is never part of the readable page.
 _DROP_TAGS = ("script", "style", "noscript", "template", "svg", "iframe", "head", "title")

@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Literal
 
 from agent_envs.base.messages import MESSAGES
 from agent_envs.base.tool import Tool, ToolResult
+from agent_envs.net.http import LoopSemaphore
 from agent_envs.remote.cache import ToolCache
-from agent_envs.remote.http import LoopSemaphore
 from agent_envs.retrieval.backend import SearchBackend, SearchBackendError
 from agent_envs.retrieval.bm25 import BM25Backend
 from agent_envs.retrieval.corpus import Hit, normalize_query

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from agent_envs.remote.http import SessionPool
+from agent_envs.net.http import SessionPool
 from algorithms.rollout.engine import SamplingParams, Segment, per_request
 
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from search_support import CORPUS, hotpot_questions, recall_at_k, wiki_backend
 
-from agent_envs.remote.http import PermanentError
+from agent_envs.net.http import PermanentError
 from agent_envs.retrieval import BM25Backend, HttpBackend, parse_retrieve_response
 from agent_envs.server.retriever import RetrieverServer
 from agent_envs.tools import SearchTool

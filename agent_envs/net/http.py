@@ -1,4 +1,4 @@
-"""Pooled aiohttp sessions and retried HTTP requests, shared by the search backends and the browse tool.
+"""Pooled aiohttp sessions and retried HTTP requests, shared by every client of ours that speaks HTTP.
 
 Tools are called from whatever event loop the caller runs (the env's background loop, a test's
 loop, `asyncio.run` inside `Tool.run`). An aiohttp session belongs to one loop, so the pool keeps
