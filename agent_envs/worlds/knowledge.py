@@ -268,15 +268,16 @@ class KnowledgeWorld(World):
     def _make_rivals(self, ents: dict[str, Entity], by_kind: dict[str, list[Entity]]) -> list[Entity]:
         """Give each confusable entity one confusion its kind allows: a namesake with another
         attribute (and a descriptor for both), a near-namesake sharing its first word, or a
-        changed fact (with an old page that still states the old one)."""
+        changed fact (with an old page that still states the old one). Every entity's confusion
+        is drawn whatever the share, and kept when it is confusable, so a world's rivals are a
+        subset of those of any world with a larger share."""
         rng = Random(f"knowledge-ambiguity:{self.config.seed}")
         names = fresh_names(rng, [e.name for e in ents.values()])
         rivals: list[Entity] = []
 
         def rival(e: Entity, suffix: str, name: str, words: tuple[str, ...]) -> Entity:
             word = rng.choice([w for w in words if w != e.word])
-            template = INTROS[e.kind][0]
-            intro = template.format(s=name, w=word)
+            intro = INTROS[e.kind][0].format(s=name, w=word)
             intro = intro.replace(" a ", " an ", 1) if word[0] in "aeiou" else intro
             r = Entity(f"{e.id}-{suffix}", e.kind, name, intro, word=word)
             # facts about other entities (nothing links to a rival); a near-namesake's passage
@@ -284,12 +285,10 @@ class KnowledgeWorld(World):
             rels = [rel for rel in RELATIONS if rel.subject == e.kind and rel.name in e.facts]
             for rel in rels if suffix == "namesake" else rels[:1]:
                 r.facts[rel.name] = rng.choice(by_kind[rel.object]).id
-            rivals.append(r)
             return r
 
         for e in list(ents.values()):
-            if not confusable(rng, self.config.ambiguity):
-                continue
+            keep = confusable(rng, self.config.ambiguity)
             words, first = INTROS[e.kind][1], e.name.split()[0]
             changes = {rel.name: [x for x in by_kind[rel.object] if x.id != e.facts[rel.name]
                                   and (rel.name != "capital" or x.facts["in_country"] == e.id)]
@@ -299,18 +298,24 @@ class KnowledgeWorld(World):
             kind = rng.choice(kinds) if kinds else None  # one confusion each: cities and universities have none
             if kind == "namesake":
                 twin = rival(e, "namesake", e.name, words)
-                e.descriptor, twin.descriptor = (DESCRIPTORS[e.kind].format(w=x.word) for x in (e, twin))
-            elif kind == "near" and e.kind == "person":
-                rival(e, "near", f"{first} {names.word()}", words)
-            elif kind == "near" and e.kind == "company":
-                suffix = rng.choice([x for x in COMPANY_SUFFIXES if not e.name.endswith(x)])
-                rival(e, "near", f"{first} {suffix}", words)
+                if keep:
+                    rivals.append(twin)
+                    e.descriptor, twin.descriptor = (DESCRIPTORS[e.kind].format(w=x.word) for x in (e, twin))
             elif kind == "near":
-                other = rng.choice([w for w in words if w != e.word])
-                rival(e, "near", f"{first} {other.capitalize()}", (other,))
+                if e.kind == "person":
+                    near = rival(e, "near", f"{first} {names.word()}", words)
+                elif e.kind == "company":
+                    suffix = rng.choice([x for x in COMPANY_SUFFIXES if not e.name.endswith(x)])
+                    near = rival(e, "near", f"{first} {suffix}", words)
+                else:
+                    other = rng.choice([w for w in words if w != e.word])
+                    near = rival(e, "near", f"{first} {other.capitalize()}", (other,))
+                rivals += [near] * keep
             elif kind == "changed":
                 rel_name, olds = next((r, olds) for r, olds in changes.items() if olds)
-                e.history[rel_name] = (rng.choice(olds).id, *change_years(rng))
+                old = (rng.choice(olds).id, *change_years(rng))
+                if keep:
+                    e.history[rel_name] = old
         return rivals
 
     @cached_property

@@ -386,21 +386,27 @@ def _add_rivals(add: Callable[..., None], pages: dict[str, dict[str, Any]], orgs
     names = fresh_names(rng, [w for p in pages.values() for w in re.findall(r"[A-Z][a-z]+", p["text"])])
     rivals = []
     for org in orgs:
-        if not confusable(rng, share):
-            continue
+        # every organisation's rivals are drawn whatever the share (pages of the ones not kept
+        # are dropped), so a world's rivals are a subset of those of any larger share
+        keep = confusable(rng, share)
+        put = add if keep else lambda *args: None
         word, kind = org["name"].split(" ", 1)
         town = rng.choice([t for t in towns if t is not org["town"]])
         year = rng.choice([y for y in range(1850, 2021) if y != org["year"]])
-        twin = _add_org(add, rng, names, towns, word, kind, f"https://{word.lower()}-{town['name'].lower()}.web/",
+        twin = _add_org(put, rng, names, towns, word, kind, f"https://{word.lower()}-{town['name'].lower()}.web/",
                         year, town)
         other = rng.choice([k for k in KINDS if k != kind])
-        near = _add_org(add, rng, names, towns, word, other, f"https://{word.lower()}-{other.split()[0].lower()}.web/")
-        org["namesake"], twin["namesake"] = twin, org
+        near = _add_org(put, rng, names, towns, word, other, f"https://{word.lower()}-{other.split()[0].lower()}.web/")
+        committees = []
         for o in (org, twin):
             elected = rng.randint(max(m["joined"] for m in o["members"]), 2024)
-            o["committee"] = {"from": rng.randint(1985, elected - 1), "elected": elected,
-                              "former": [names.person() for _ in ROLES]}
-            c = o["committee"]
+            committees.append({"from": rng.randint(1985, elected - 1), "elected": elected,
+                               "former": [names.person() for _ in ROLES]})
+        if not keep:
+            continue
+        org["namesake"], twin["namesake"] = twin, org
+        for o, c in zip((org, twin), committees, strict=True):
+            o["committee"] = c
             former = ", ".join(f"the {r} was {n}" for r, n in zip(ROLES, c["former"], strict=True))
             pages[o["people_url"]]["text"] = (
                 f"Committee from {c['from']} to {c['elected']}: {former}. Committee since {c['elected']}: "

@@ -309,3 +309,16 @@ def test_sft_gold_traces_at_ambiguity_one_fit_the_preset(preset):
     responses = [len(e.ids) - e.mask.index(1) for e in examples]
     assert sum(r <= cfg.eval_max_response_tokens for r in responses) >= 0.95 * len(responses)
     assert sum(env.tasks[i].metadata["ambiguous"] for i in range(100)) > 50
+
+
+def test_a_larger_share_keeps_the_rivals_of_a_smaller_one():
+    k = {a: make_world("knowledge", seed=2, ambiguity=a) for a in (0.3, 1.0)}
+    w = {a: make_world("web", seed=2, ambiguity=a) for a in (0.3, 1.0)}
+    for worlds in (k, w):
+        small, large = ({d["id"]: d["text"] for d in worlds[a].corpus} for a in (0.3, 1.0))
+        assert len(small) < len(large)
+        # every passage of the smaller share is in the larger one; the changed texts are the
+        # base passages that gained a descriptor or a change (knowledge) or a teaser (web)
+        assert set(small) <= set(large)
+    assert {r.id for r in k[0.3].rivals} < {r.id for r in k[1.0].rivals}
+    assert {p["url"] for p in w[0.3].pages} < {p["url"] for p in w[1.0].pages}
