@@ -270,17 +270,42 @@ def test_service_that_cannot_start_its_workers_says_why():
     assert "the workers did not start: preamble import failed: ModuleNotFoundError" in proc.stderr
 
 
+# A call's code that would outlive its reply: after reporting its status the call's process waits
+# (worker.LINGER_S) to be killed; this code turns that wait into a minute, so only the worker's
+# kill right after the reply ends it.
+OUTLIVE_THE_REPLY = "import select, time\nselect.select = lambda *args: time.sleep(60)\nprint(1)"
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_children_for_the_next_calls_are_prepared_while_idle():
     tool = PythonTool(timeout_s=5, pool_size=1)
     try:
+        tool.run("print(1)")  # starts the worker; its call's process lives LINGER_S at most, killed or not
+        (wrapper,) = worker_pids(tool)
+        init = serving_process(wrapper)
+
+        def children() -> set[int]:
+            return set(children_by_parent().get(init, []))
+
+        time.sleep(worker.LINGER_S + 0.5)
+        assert wait_for(lambda: len(children()) >= worker.PREPARED_CHILDREN)
         for _ in range(3):
-            tool.run("print(1)")
-            (wrapper,) = worker_pids(tool)
-            init = serving_process(wrapper)
-            deadline = time.monotonic() + 5
-            while len(children_by_parent().get(init, [])) < worker.PREPARED_CHILDREN and time.monotonic() < deadline:
-                time.sleep(0.01)
-            prepared = children_by_parent().get(init, [])
+            # counted only once the answered call has exited: until then it is a child of the
+            # fork server too (alive, or dead and not yet reaped), beside the prepared ones
+            before = children()
+            assert len(before) == worker.PREPARED_CHILDREN, before
+            assert tool.run(OUTLIVE_THE_REPLY).text == "1"  # run by one of `before`, the oldest
+            assert wait_for(lambda before=before: before - children()), "the answered call was not killed after its reply"
+            assert wait_for(lambda: len(children()) >= worker.PREPARED_CHILDREN)
+            prepared = children()
             assert len(prepared) == worker.PREPARED_CHILDREN, prepared
             for pid in prepared:  # each waits, alone, as pid 1 of its own pid namespace
                 nspid = Path(f"/proc/{pid}/status").read_text().split("NSpid:")[1].split("\n")[0].split()
