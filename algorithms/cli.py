@@ -40,6 +40,10 @@ def learner_class(algo: str) -> Any:
     try:
         return getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError) as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] != "algorithms":
+            raise  # an extra that is not installed: the command's error line names it
+        raise SystemExit(f"--algo {algo}: {ALGORITHMS[algo]} is not available ({exc})") from exc
         raise SystemExit(f"--algo {algo}: {ALGORITHMS[algo]} is not available ({exc})") from exc
 
 
@@ -76,11 +80,11 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _mistake(exc: Exception) -> str:
-    """A config error as one line: a `UserError`'s message says it all; another error's type
-    (`ValueError`, `FileNotFoundError`, ...) tells what kind of check failed."""
-    from agent_envs.base.config import UserError
+    """A config error as one line: its message names the key, file and line (the type's name
+    would add nothing a user acts on)."""
+    from agent_envs.cli import describe_mistake
 
-    return str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+    return describe_mistake(exc)
 
 
 def _with_env(args: argparse.Namespace) -> list[str]:

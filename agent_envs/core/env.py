@@ -227,6 +227,14 @@ class ToolEnv(gym.Env[str, str]):
             raise ValueError(f"tool names must be unique, got {names}")
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
+        # 0 tool calls is a no-tool baseline; a negative limit would read as "none" in one check
+        # and "unlimited" in another, so it is refused
+        limits = {"max_tool_calls": (max_tool_calls, 0), "max_turns": (max_turns, 1),
+                  "max_response_chars": (max_response_chars, 1), "max_response_tokens": (max_response_tokens, 1),
+                  **{f"max_calls_per_tool.{k}": (v, 0) for k, v in (max_calls_per_tool or {}).items()}}
+        for key, (value, least) in limits.items():
+            if value is not None and value < least:
+                raise ValueError(f"env setting {key} must be >= {least}, got {value}")
         self.tasks = tasks
         self.tools = {t.name: t for t in tools}
         self.protocol = make_protocol(protocol, tokenizer)

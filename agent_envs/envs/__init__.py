@@ -88,14 +88,76 @@ def register_benchmark(spec, **env_defaults) -> str:
 FAMILY_WORLDS = {"math": "arithmetic", "qa": "knowledge", "search": "web", "notebook": "notebook"}
 
 
-def check_env_id(env_id: str, key: str = "env") -> None:
-    """A UserError naming the closest registered id unless `env_id` is one."""
-    from agent_envs.base.config import UserError, suggest
+# Other packages' env ids: a distribution names a module (or a function that registers them) in
+# this entry-point group, and every command finds its ids (docs/adding-a-benchmark.md)
+ENTRY_POINT_GROUP = "agent_envs.envs"
+_ADDED: dict[str, str] = {}  # env id -> where it came from, for `agent-envs list`
+_plugins_loaded = False
+
+
+def import_envs(module: str, origin: str) -> list[str]:
+    """Import `module` for the env ids it registers (`--import MODULE`, a `module:Id` id); returns
+    them. `origin` names what asked for it in the error."""
+    from agent_envs.base.config import UserError
 
     register_envs()
-    if env_id not in gym.registry:
-        hint = suggest(env_id, list(gym.registry)) or "; `agent-envs list` shows them"
-        raise UserError(f"config field {key!r}: {env_id!r} is not a registered env id{hint}")
+    before = set(gym.registry)
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UserError(f"{origin}: cannot import module {module!r} ({exc}); install the package that "
+                        "provides it, or fix the name") from exc
+    added = [env_id for env_id in gym.registry if env_id not in before]
+    for env_id in added:
+        _ADDED.setdefault(env_id, f"registered by {module}")
+    return added
+
+
+def load_plugins() -> None:
+    """Load the `agent_envs.envs` entry points of the installed distributions, once: each names a
+    module whose import registers env ids, or a function that does. A broken one is reported in
+    one line on stderr and skipped, so it cannot take the package's own ids down with it."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    import inspect
+    import sys
+    from importlib.metadata import entry_points
+
+    register_envs()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        origin = f"{ep.value} ({ep.dist.name if ep.dist else 'an installed package'})"
+        before = set(gym.registry)
+        try:
+            loaded = ep.load()
+            if callable(loaded) and not inspect.ismodule(loaded):
+                loaded()
+        except Exception as exc:  # someone else's code: any failure is theirs to fix
+            print(f"agent-envs: skipped the envs of entry point {ep.name!r} = {origin}: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        for env_id in gym.registry:
+            if env_id not in before:
+                _ADDED.setdefault(env_id, f"registered by {origin}")
+
+
+def check_env_id(env_id: str, key: str = "env") -> str:
+    """The registry id of `env_id` (`module:Id` imports `module` first, as `gymnasium.make`
+    does; installed packages' ids are loaded); a UserError naming the closest registered id
+    unless it is one."""
+    from agent_envs.base.config import UserError, suggest
+
+    load_plugins()
+    module, _, name = env_id.rpartition(":")
+    if module:
+        import_envs(module, f"config field {key!r}: {env_id!r}")
+    if name not in gym.registry:
+        hint = suggest(name, list(gym.registry)) or (
+            "; `agent-envs list` shows them (an id of your own package: MODULE:ID or --import MODULE)")
+        where = f" (importing {module} registered no such id)" if module else ""
+        raise UserError(f"config field {key!r}: {name!r} is not a registered env id{where}{hint}")
+    return name
 
 
 def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env_kwargs",
@@ -117,10 +179,10 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env
     from agent_envs.worlds import WORLDS
     from agent_envs.worlds.base import world_config
 
-    check_env_id(env_id)
+    registered = check_env_id(env_id)
     if not isinstance(env_kwargs, Mapping):
         raise UserError(f"config field {key!r} is a mapping of env settings, got {env_kwargs!r}")
-    spec = gym.spec(env_id)
+    spec = gym.spec(registered)
     family = next((f for f, (_, entry, _) in FAMILIES.items() if entry == spec.entry_point), None)
     if family is None:  # an id registered by someone else: its constructor is not ours to read
         return dict(env_kwargs)
@@ -165,8 +227,12 @@ def _keyword_types(factory: Any) -> dict[str, Any]:
 
 
 def env_summaries() -> list[tuple[str, str]]:
-    """(id, one-line description) for every id this package registers."""
+    """(id, one-line description) for every id this package registers, then the ids of installed
+    packages' entry points and `--import`ed modules."""
+    load_plugins()
     rows = [(env_id, summary) for env_id, _, summary in (*FAMILIES.values(), REMOTE)]
     for name, spec in _benchmarks().items():
         rows.append((spec.env_id, f"{FAMILIES[spec.family][0]} with benchmark={name!r}: {spec.description}"))
+    listed = {env_id for env_id, _ in rows}
+    rows += [(env_id, origin) for env_id, origin in _ADDED.items() if env_id not in listed]
     return rows

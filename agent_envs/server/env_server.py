@@ -32,6 +32,7 @@ import collections
 import contextlib
 import json
 import logging
+import socket
 import sys
 import time
 import uuid
@@ -89,10 +90,9 @@ class EnvServer:
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, max_sessions: int = 1024,
                  idle_timeout_s: float | None = 600.0, max_batch: int = 4096) -> None:
-        import agent_envs  # noqa: F401  (registers the ids)
+        from agent_envs.envs import check_env_id
 
-        if env_id not in gym.registry:
-            raise ValueError(f"env id {env_id!r} is not registered; `agent-envs list` shows the ids")
+        env_id = check_env_id(env_id, key="env_id")  # a MODULE:ID imports MODULE; names the closest id
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
         self.env_id = env_id
@@ -537,12 +537,14 @@ def serve(args: argparse.Namespace) -> int:
         server = EnvServer(args.env_id, kwargs, max_sessions=args.max_sessions,
                            idle_timeout_s=args.idle_timeout if args.idle_timeout > 0 else None)
     except (ValueError, wire.RequestError) as exc:
-        print(f"serve-env: {getattr(exc, 'detail', exc)}", file=sys.stderr)
-        return 2
+        raise SystemExit(f"serve-env: {getattr(exc, 'detail', exc)}") from None
+    # the port is taken before openenv.yaml is written: a port in use leaves nothing behind
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.create_server((args.host, args.port), family=family, backlog=4096)
     spec = write_openenv_yaml(args.out, args.env_id, args.port, args.kwargs)
     print(f"serve-env: {args.env_id} on http://{args.host}:{args.port} (OpenEnv /ws, /reset, /step; sessions at "
           f"/sessions; up to {args.max_sessions}); wrote {spec}", flush=True)
-    web.run_app(server.app(), host=args.host, port=args.port, backlog=4096, access_log=None, print=None)
+    web.run_app(server.app(), sock=sock, access_log=None, print=None)
     return 0
 
 
@@ -554,11 +556,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
+    from agent_envs.cli import port_number
+
     p.add_argument("env_id", help="a registered env id (agent-envs list)")
     p.add_argument("kwargs", nargs="*", help="env keyword arguments as key=value, typed as YAML "
                                              "(max_tool_calls=2, world.difficulty=3)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--max-sessions", type=int, default=1024, help="sessions alive at once (503 beyond)")
     p.add_argument("--idle-timeout", type=float, default=600.0,
                    help="seconds without a request after which a session is closed (0: never)")

@@ -115,7 +115,16 @@ def _browse_tool(web_world: bool) -> Tool:
     return next(t for t in WebWorld(WebConfig()).make_tools() if t.name == "browse")
 
 
+HTTP_PORT = 8765  # where --transport http listens without --port
+
+
 def serve(args: argparse.Namespace) -> int:
+    if args.transport == "stdio" and (args.port is not None or args.host is not None):
+        given = [f for f, v in (("--host", args.host), ("--port", args.port)) if v is not None]
+        raise SystemExit(f"serve-mcp: {' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                         "--transport http only; stdio talks over stdin and stdout (add --transport http "
+                         "to listen on a port)")
+    host, port = args.host or "127.0.0.1", HTTP_PORT if args.port is None else args.port
     names = [n.strip() for n in args.tools.split(",") if n.strip()]
     try:
         tools = make_tools(names, args)
@@ -126,13 +135,15 @@ def serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         server.run("stdio")
     else:
-        print(f"serving {', '.join(names)} over MCP at http://{args.host}:{args.port}/mcp", file=sys.stderr)
-        server.run("streamable-http", host=args.host, port=args.port)
+        print(f"serving {', '.join(names)} over MCP at http://{host}:{port}/mcp", file=sys.stderr)
+        server.run("streamable-http", host=host, port=port)
     return 0
 
 
 def add_cli(subparsers: Any) -> None:
     """Register `serve-mcp` on the package CLI."""
+    from agent_envs.cli import port_number
+
     p = subparsers.add_parser(
         "serve-mcp", help="serve our tools (python, search, browse) as an MCP server",
         description=__doc__.split("\n\n")[0],
@@ -140,8 +151,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--tools", default="python", help=f"comma-separated, from {','.join(TOOL_NAMES)} (default: python)")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="stdio (a client spawns this command) or streamable HTTP at /mcp")
-    p.add_argument("--host", default="127.0.0.1", help="http only")
-    p.add_argument("--port", type=int, default=8765, help="http only")
+    p.add_argument("--host", default=None, help="http only (default: 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=None, help=f"http only (default: {HTTP_PORT})")
     p.add_argument("--python-timeout-s", type=float, default=10.0, help="wall-clock limit of one python call")
     p.add_argument("--corpus", default=None,
                    help="search: a corpus JSONL (id, title, text); default: the embedded knowledge world")

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,8 +245,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         backend = BM25Backend.from_jsonl(args.corpus, cache_dir=args.cache_dir)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"serve-retriever: {exc}", file=sys.stderr)
-        return 2
+        raise SystemExit(f"serve-retriever: {exc}") from None
     print(
         f"serve-retriever: {len(backend)} passages from {args.corpus} ready in "
         f"{time.perf_counter() - start:.1f} s; listening on http://{args.host}:{args.port}/retrieve "
@@ -261,13 +259,15 @@ def serve(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `serve-retriever` on the package CLI."""
+    from agent_envs.cli import port_number
+
     p = subparsers.add_parser(
         "serve-retriever",
         help="serve a BM25 index over a corpus with the Search-R1 /retrieve protocol",
         description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--corpus", required=True, help="corpus JSONL (id, title, text or contents)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--topk", type=int, default=3, help="hits per query when a request gives no topk")
     p.add_argument(

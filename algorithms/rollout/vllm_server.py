@@ -155,12 +155,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_cli(subparsers: Any) -> None:
+    from agent_envs.cli import port_number
+
     p = subparsers.add_parser(
         "serve-rollout", help="serve a policy with vLLM for server-mode rollouts (weight sync enabled)",
         description="Runs vLLM's OpenAI-compatible server with the development endpoints the learner's "
                     "weight sync uses.")
     p.add_argument("model", help="checkpoint folder the server starts from")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other nodes")
     p.add_argument("--vllm-args", default="", help="further vLLM options as one string, e.g. "
                    "'--dtype float32 --max-model-len 4096 --tensor-parallel-size 8'")

@@ -101,9 +101,17 @@ class EvalConfig:
         check_types(self)
         if self.limit == 0:
             self.limit = None
-        require(self.n >= 1 and all(1 <= k <= self.n for k in self.ks), "ks",
-                f"needs n >= max(ks) >= 1 (n={self.n})", self.ks)
-        require(not self.engine.startswith("openai") or bool(self.base_url), "base_url",
+        # sampling settings are checked here, before the model loads (the engine would refuse them later)
+        require(self.n >= 1, "n", "must be >= 1 (samples per task)", self.n)
+        require(self.temperature is None or self.temperature >= 0, "temperature", "must be >= 0 (0: greedy)",
+                self.temperature)
+        require(self.top_p is None or 0 < self.top_p <= 1, "top_p", "must be in (0, 1]", self.top_p)
+        require(self.top_k is None or self.top_k == -1 or self.top_k >= 1, "top_k", "must be >= 1, or -1 (off)",
+                self.top_k)
+        require(self.max_response_tokens is None or self.max_response_tokens >= 1, "max_response_tokens",
+                "must be >= 1", self.max_response_tokens)
+        require(all(1 <= k <= self.n for k in self.ks), "ks", f"needs n >= max(ks) >= 1 (n={self.n})", self.ks)
+        require(not (self.engine or "").startswith("openai") or bool(self.base_url), "base_url",
                 f"is needed by engine={self.engine} (e.g. http://127.0.0.1:8000/v1)", self.base_url)
         if self.repeats < 1:
             raise ValueError(f"config field 'repeats' must be >= 1, got repeats={self.repeats}")

@@ -66,7 +66,7 @@ def test_serve_env_writes_openenv_yaml_and_a_killed_server_is_one_clear_line(tmp
 
 
 def test_serve_env_names_a_bad_id_or_setting_in_one_line(tmp_path):
-    for args, words in [(["AgentMaths-v0"], "'AgentMaths-v0' is not registered"),
+    for args, words in [(["AgentMaths-v0"], "'AgentMaths-v0' is not a registered env id"),
                         (["AgentMath-v0", "max_tool_calz=1"], "max_tool_calz")]:
         done = subprocess.run([sys.executable, "-m", "agent_envs.cli", "serve-env", *args, "--out", str(tmp_path)],
                               capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import math
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -516,21 +515,19 @@ def serve(root: str | Path, port: int = DEFAULT_PORT) -> None:
 
 
 def add_cli(subparsers: Any) -> None:
+    from agent_envs.cli import port_number
+
     p = subparsers.add_parser("view", help="browse a run's trajectories as branch trees in the browser")
     p.add_argument("run", help="a run's output_dir, an evaluate --out folder, or a folder of runs")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (0: a free one)")
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="port on 127.0.0.1 (0: a free one)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        serve(args.run, args.port)
-    except FileNotFoundError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except OSError as exc:  # the port is taken, most often
-        print(
-            f"agent-envs view: cannot listen on 127.0.0.1:{args.port} ({exc}); try --port 0", file=sys.stderr
-        )
-        return 2
+    # a folder with no run in it is a mistyped path: refused before a server starts. A missing
+    # folder, a port in use: the command's one error line (agent_envs/cli.py)
+    if not Path(args.run).is_dir():
+        raise FileNotFoundError(f"{args.run} is not a folder")
+    find_runs(args.run, SEARCH_DEPTH)
+    serve(args.run, args.port)
     return 0
