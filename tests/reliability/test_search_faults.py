@@ -144,9 +144,12 @@ async def _fault_storm(proxy: FaultProxy, retriever: RetrieverServer, episodes: 
 
     Clients, proxy and server share this test's event loop (and 2 busy CPUs), so at 200 episodes
     the loop itself lags: the budget is 5 s, attempts 2.5 s, and a call may end up to 1 s late
-    (then the env's deadline, a second past the tool's, still ends it).
+    (then the env's deadline, a second past the tool's, still ends it). A timer fires as late as
+    the loop lags, so the bound on a call adds the worst lag seen while it ran, for each of the
+    three wake-ups between the deadline and the caller (the deadline's timer, the cancelled
+    call, the caller): on a loaded machine the lag, not the budget, is what varies.
     """
-    budget_s = 5.0
+    budget_s, grace_s = 5.0, 1.0  # grace: the env's deadline is the tool's timeout plus a second
     rng = random.Random(seed)
     kinds = sorted(FAULTS)
     plan = [rng.choice(kinds) if rng.random() < 1 / 3 else "pass" for _ in range(episodes * 8)]
@@ -171,10 +174,20 @@ async def _fault_storm(proxy: FaultProxy, retriever: RetrieverServer, episodes: 
         assert terminated and reward == 1.0  # every episode ends and is graded
         return times
 
+    lags = [0.0]
+
+    async def watch_the_loop() -> None:  # how late the loop wakes a sleeper
+        while True:
+            asleep = time.monotonic()
+            await asyncio.sleep(0.02)
+            lags.append(time.monotonic() - asleep - 0.02)
+
+    watcher = asyncio.create_task(watch_the_loop())
     start = time.monotonic()
     try:
         times = [t for ts in await asyncio.gather(*(play(env) for env in envs)) for t in ts]
     finally:
+        watcher.cancel()
         await tool.aclose()
     wall = time.monotonic() - start
     failed = sum(sum(env.metrics.failures.values()) for env in envs)
@@ -183,9 +196,10 @@ async def _fault_storm(proxy: FaultProxy, retriever: RetrieverServer, episodes: 
     print(
         f"\nfault storm: {episodes} episodes, {2 * episodes} searches in {wall:.1f} s; proxy saw "
         f"{proxy.hits} requests {dict(proxy.seen)}; failed searches {failed} {dict(errors)}, retries "
-        f"{retries}; slowest call {max(times):.2f} s (budget {budget_s:g} s); server {retriever.stats}"
+        f"{retries}; slowest call {max(times):.2f} s (budget {budget_s:g} s, loop lag up to "
+        f"{max(lags):.2f} s); server {retriever.stats}"
     )
-    assert max(times) < budget_s + 1.0
+    assert max(times) < budget_s + grace_s + 3 * max(lags), (max(times), max(lags))
     # every search reached the server, and none more than 1 + MAX_RETRIES times (the exact count
     # per fault is checked above; here a lagging loop can cut a call before its retries are
     # reported, so only the bounds hold)
