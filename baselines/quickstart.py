@@ -135,7 +135,7 @@ def write_report(root: Path, rows: list[dict], timings: dict[str, float], algo: 
     """results.md, results.json and results.png of a quickstart run; the stages' wall times come
     from when each began (`timings`, ending with "done")."""
     from algorithms.core.run_log import read_metrics
-    from baselines.comparison.report import markdown_table, quickstart_plot
+    from baselines.comparison.report import json_safe, markdown_table, quickstart_plot
 
     eval_tasks, first = len(held_out), held_out.start
     names = list(timings)
@@ -153,8 +153,8 @@ def write_report(root: Path, rows: list[dict], timings: dict[str, float], algo: 
             f"{table}\n\nWall time per stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())
             + f"\n\nTraining curves: {root / algo / 'curves.png'}\n")
     (root / "results.md").write_text(text)
-    (root / "results.json").write_text(json.dumps({"rows": rows, "wall_s": wall, "sampling": sampling},
-                                                  indent=1, default=str))
+    (root / "results.json").write_text(json.dumps(json_safe({"rows": rows, "wall_s": wall, "sampling": sampling}),
+                                                  indent=1, default=str, allow_nan=False))
     print("\n" + text + f"\nPlot: {plot}")
     return {"rows": rows, "wall_s": wall, "plot": str(plot)}
 

@@ -12,6 +12,7 @@ checkpointing every `save_every` steps and at the end; the final policy is expor
 from __future__ import annotations
 
 import os
+import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,11 @@ def run_training(learner: Any, resume: str | os.PathLike | bool | None = None) -
         resume_step=learner.step if start is not None else None,
     )
     if acc.is_main_process:
-        resolved = ", ".join(f"{k}={v!r}" for k, v in config_dict(cfg).items())
-        print(f"[{learner.name}] resolved config: {resolved}", flush=True)
+        # a paragraph a reader can scan, not one line of 1,500 characters
+        resolved = textwrap.fill(", ".join(f"{k}={v!r}" for k, v in config_dict(cfg).items()), width=100,
+                                 initial_indent="  ", subsequent_indent="  ", break_long_words=False,
+                                 break_on_hyphens=False)
+        print(f"[{learner.name}] resolved config:\n{resolved}", flush=True)
         if start is not None:
             print(f"[{learner.name}] resumed from {start} at step {learner.step}", flush=True)
     history = []

@@ -27,13 +27,14 @@ from algorithms.base.progress import Progress
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
-# shown in the progress bar, in this order, when present
+# shown in the progress bar, in this order, when present (an RL step's, then SFT's loss)
 BAR_FIELDS = (
     ("reward_mean", "reward"),
     ("accuracy", "acc"),
     ("tool_calls_mean", "tools"),
     ("entropy", "H"),
     ("response_length_mean", "len"),
+    ("loss", "loss"),
 )
 PLOT_KEYS = (
     "reward_mean",

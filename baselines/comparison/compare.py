@@ -51,10 +51,9 @@ from agent_envs.base.config import (
     require,
     suggest,
 )
-from algorithms.base.presets import find_preset, presets_dir
+from algorithms.base.presets import find_preset
 from baselines.comparison.report import MANIFEST, RUN_RESULT, write_report
 
-CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
 # the per-step metrics kept in result.json for the curves
 CURVE_KEYS = ("env_reward_mean", "reward_mean", "accuracy", "tool_calls_mean", "response_length_mean", "num_trajectories")
 # the env_kwargs that pick the task set, in place of the world; the others (reward, prompt, tool
@@ -320,7 +319,8 @@ class CompareConfig:
     algos: tuple[str, ...] = option(("grpo", "dapo", "arpo", "aepo"), "algorithms; the first is the baseline "
                                     "of the paired tests")
     seeds: tuple[int, ...] = option((0, 1, 2), "seeds: each algorithm trains once per seed")
-    config: str = option(str(CONFIGS / "{algo}_tiny.yaml"), "preset of each run; {algo} is filled in")
+    config: str = option("{algo}_tiny.yaml", "preset of each run, {algo} filled in: a file, or a shipped "
+                         "preset's name (configs/)")
     out: str = option("runs/compare", "folder of the runs, the table and the plots")
     eval_tasks: int = option(64, "evaluation tasks: the env's last N, held out of every run's training "
                              "(its eval_episodes)")

@@ -179,7 +179,7 @@ def write_report(root: str | os.PathLike) -> dict[str, Any]:
     manifest, runs = load_runs(root)
     summary = summarize_runs(manifest, runs)
     (root / "results.md").write_text(markdown_report(summary))
-    (root / "results.json").write_text(json.dumps(_finite(summary), indent=1, allow_nan=False))
+    (root / "results.json").write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
     ci_bar_plot(summary["per_algo"], ("sampled_pass@1", "greedy_pass@1"),
                 ("at training sampling", "greedy"), root / "pass_at_1.png", "held-out pass@1 (mean, 95% CI)")
     curves = {}
@@ -190,15 +190,15 @@ def write_report(root: str | os.PathLike) -> dict[str, Any]:
     return summary
 
 
-def _finite(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """NaN (an undefined interval or test, e.g. from one seed) as JSON null, so results.json stays
     strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, Mapping):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 

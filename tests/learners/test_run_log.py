@@ -46,6 +46,16 @@ def test_progress_in_a_log_file_is_plain_lines_at_the_first_step_then_sparse_and
     assert lines[0].endswith("reward=0.1 H=0.25") and lines[1].endswith("reward=0.5 H=0.25")
 
 
+def test_sft_progress_shows_its_loss(tmp_path, capsys):
+    """An SFT step logs loss and lr, no reward: the line shows the loss going down."""
+    log = RunLogger(tmp_path, config={}, total_steps=2, tensorboard=False, progress=True)
+    log.log(1, {"loss": 2.5, "lr": 1e-4})
+    log.log(2, {"loss": 1.25, "lr": 1e-4})
+    log.close(plot=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("loss=2.5") and lines[-1].endswith("loss=1.25"), lines
+
+
 def test_progress_lines_come_every_so_often_with_the_time_left_from_this_run_s_own_rate():
     import io
 
