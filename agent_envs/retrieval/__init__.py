@@ -16,7 +16,7 @@ Backends share one coroutine, `search(queries, topk) -> list[list[Hit]]`:
 """
 
 from agent_envs.retrieval.backend import SearchBackend, SearchBackendError
-from agent_envs.retrieval.bm25 import BM25Backend, default_cache_dir
+from agent_envs.retrieval.bm25 import BM25Backend
 from agent_envs.retrieval.corpus import Hit, load_corpus, normalize_query, parse_doc, split_contents
 from agent_envs.retrieval.searchr1 import HttpBackend, parse_retrieve_response
 from agent_envs.retrieval.web import WEB_PROVIDERS, ReferenceCacheBackend, WebBackend, WebProvider
@@ -31,7 +31,6 @@ __all__ = [
     "SearchBackendError",
     "WebBackend",
     "WebProvider",
-    "default_cache_dir",
     "load_corpus",
     "normalize_query",
     "parse_doc",

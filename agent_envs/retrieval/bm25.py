@@ -125,7 +125,7 @@ class BM25Backend(SearchBackend):
                 h.update(chunk)
         digest = h.hexdigest()[:16]
         docs = load_corpus(path)
-        root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "bm25"
+        root = Path(cache_dir) if cache_dir is not None else cache_root() / "bm25"
         target = root / f"{path.stem}-{digest}"
         backend_id = f"bm25:{digest}"
         if (target / "params.index.json").is_file():
@@ -199,7 +199,3 @@ class BM25Backend(SearchBackend):
         if len(queries) <= 2:  # cheaper than a thread hop
             return self.search_sync(queries, topk)
         return await asyncio.to_thread(self.search_sync, list(queries), topk)
-
-
-def default_cache_dir() -> Path:
-    return cache_root()

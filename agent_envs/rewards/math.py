@@ -310,11 +310,6 @@ def math_equal(
         return False, comps
 
 
-def is_equiv(pred: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Is `pred` equivalent to `gold`? (cheap checks, then symbolic with a timeout)."""
-    return math_equal(pred, [gold], timeout)[0]
-
-
 def _result(pred: str | None, ok: bool, comps: dict[str, Any]) -> RewardResult:
     return RewardResult(score=float(ok), components={"math_equal": float(ok), "pred": pred, **comps})
 

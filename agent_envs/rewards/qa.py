@@ -40,10 +40,6 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def exact_match(pred: str, gold: str) -> float:
-    return float(normalize_answer(pred) == normalize_answer(gold))
-
-
 def token_f1(pred: str, gold: str) -> float:
     return _f1_normalized(normalize_answer(pred), normalize_answer(gold))
 

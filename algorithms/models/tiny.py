@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -33,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from agent_envs.base.paths import cache_root
 from agent_envs.core.protocols import ArpoTags
 
 BUILDER_VERSION = 2
@@ -134,13 +134,8 @@ class TinyModelConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cache_root() -> Path:
-    """Where models built or converted here are kept: `$AGENT_ENVS_CACHE`, else ~/.cache/agent-envs."""
-    root = os.environ.get("AGENT_ENVS_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "agent-envs"
-
-
 def default_cache_dir() -> Path:
+    """Where built tiny models are kept, under the package's one cache root."""
     return cache_root() / "tiny-models"
 
 
@@ -395,7 +390,6 @@ __all__ = [
     "PROTOCOL_TAGS",
     "TinyModelConfig",
     "build_tiny_model",
-    "cache_root",
     "corpus",
     "default_cache_dir",
 ]

@@ -102,12 +102,6 @@ class Run:
         """The trajectories of one step, in the order they were written."""
         return [self._trajectory(where, row) for where, row in _rows(self.trajectory_file(step), "trajectory file")]
 
-    def iter_trajectories(self) -> Iterator[tuple[int, Trajectory]]:
-        """(step, trajectory) over every saved step, reading one file at a time."""
-        for step in self.steps:
-            for t in self.trajectories(step):
-                yield step, t
-
     def samples(self) -> Iterator[dict[str, Any]]:
         """An evaluate run's `samples.jsonl` rows (none for a learner run)."""
         path = self.path / EVAL_SAMPLES

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from agent_envs.base.paths import cache_root
 from algorithms.models import smollm2
 from algorithms.models.resolve import NAMED_MODELS, require_available, resolve_model
-from algorithms.models.tiny import build_tiny_model, cache_root, default_cache_dir
+from algorithms.models.tiny import build_tiny_model, default_cache_dir
 
 
 def test_folders_and_hub_ids_pass_through(tmp_path):
