@@ -30,7 +30,7 @@ import torch
 from agent_envs.base.config import option
 from algorithms.arpo import ARPOConfig, ARPOLearner
 from algorithms.core.batch import MicroBatch, RolloutBatch
-from algorithms.core.learner_config import PolicyLoss, removed
+from algorithms.core.learner_config import PolicyLoss
 from algorithms.rollout.tree_config import TreeConfig
 
 
@@ -50,9 +50,6 @@ class AEPOConfig(ARPOConfig):
     output_dir: str = "runs/aepo"
     tree: TreeConfig = option(factory=aepo_tree, help="the tree rollout's settings (AEPO: both switches on)")
     policy_loss: PolicyLoss = "ppo_clip_gradpreserve"  # (§7.4) the upper clip keeps a scaled gradient
-    enable_entropy_balanced_clipping: Any = removed(
-        "set policy_loss: ppo_clip_gradpreserve (its true, AEPO's default) or policy_loss: ppo_clip (its false)"
-    )
     enable_entropy_balanced_advantage: bool = option(True, "(§7.5) Ã = A·(1 + α_H·Ĥ)")
     entropy_adv_alpha: float = option(0.2, "α_H of the entropy-aware advantage")
     entropy_adv_norm_scope: Literal["minibatch", "microbatch", "group"] = option(

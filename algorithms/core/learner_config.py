@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from agent_envs.base.config import check_types, option, require
 from algorithms.core.threads import THREADS_HELP, Threads, choose_threads
@@ -53,13 +53,6 @@ class RewardConfig:
     tool_cost_scaling: Literal["none", "pass_rate"] = option(
         "none", "none: the env's tool cost as charged; pass_rate: multiplied by the group's pass rate "
         "(mean `correct`), so a group that never solves its task pays nothing for trying tools")
-
-
-def removed(replacement: str) -> Any:
-    """A key that no longer exists, kept declared only so that setting it (in a preset or an
-    override, to any value) is an error naming what replaced it, rather than an unknown key with
-    a suggestion of some look-alike key."""
-    return dataclasses.field(default=None, metadata={"help": f"removed: {replacement}", "removed": replacement})
 
 
 @dataclass
@@ -170,9 +163,6 @@ class LearnerConfig:
     export_model: bool = option(True, "save_pretrained the final policy to <output_dir>/final_model")
 
     def validate(self) -> None:
-        for f in dataclasses.fields(self):
-            if "removed" in f.metadata and getattr(self, f.name) is not None:
-                raise ValueError(f"config field {f.name!r} was removed: {f.metadata['removed']}")
         check_types(self)
 
         def need(ok: bool, key: str, what: str) -> None:
@@ -242,5 +232,4 @@ __all__ = [
     "PolicyLoss",
     "RewardConfig",
     "ScaleRewards",
-    "removed",
 ]
