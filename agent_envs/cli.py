@@ -188,13 +188,13 @@ def _env_settings_help() -> str:
 
     from agent_envs.base.config import describe_config
     from agent_envs.core.env import ToolEnv
-    from agent_envs.envs import FAMILIES, FAMILY_WORLDS
+    from agent_envs.envs import FAMILY_ENVS, FAMILY_WORLDS
     from agent_envs.worlds import WORLDS
 
     shared = [p for n, p in inspect.signature(ToolEnv.__init__).parameters.items()
               if n not in ("self", "tasks", "tools")]
     lines = ["  every env:"] + [f"    {p.name} ({p.annotation}, default {p.default!r})" for p in shared]
-    for family, (env_id, entry, _) in FAMILIES.items():
+    for family, (env_id, entry, _) in FAMILY_ENVS.items():
         module, _, name = entry.partition(":")
         own = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters.values()
                if p.kind is not p.VAR_KEYWORD]

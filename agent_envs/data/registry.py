@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-FAMILIES = ("math", "qa", "search")
+BENCHMARK_FAMILIES = ("math", "qa", "search")  # the env families a benchmark can be played in
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ class BenchmarkSpec:
     full_data: str = ""
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
+        if self.family not in BENCHMARK_FAMILIES:
             raise ValueError(
-                f"benchmark {self.name!r}: family must be one of {FAMILIES}, got {self.family!r}"
+                f"benchmark {self.name!r}: family must be one of {BENCHMARK_FAMILIES}, got {self.family!r}"
             )
         if self.reward not in ("math", "qa", "judge"):
             raise ValueError(

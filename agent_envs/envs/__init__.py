@@ -14,7 +14,8 @@ from typing import Any
 
 import gymnasium as gym
 
-FAMILIES = {
+# each env family's own procedural id: (id, factory, summary for `agent-envs list`)
+FAMILY_ENVS = {
     "math": ("AgentMath-v0", "agent_envs.envs.math:make_math_env",
              "procedural arithmetic world; python sandbox; math-equivalence reward"),
     "qa": ("AgentQA-v0", "agent_envs.envs.qa:make_qa_env",
@@ -47,14 +48,14 @@ def register_envs() -> None:
     The env checks its own call order (step before reset raises), so Gymnasium's OrderEnforcing
     wrapper, which costs a few microseconds per step, is left out.
     """
-    for env_id, entry_point, _ in (*FAMILIES.values(), REMOTE):
+    for env_id, entry_point, _ in (*FAMILY_ENVS.values(), REMOTE):
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True, order_enforce=False)
     for name, spec in _benchmarks().items():
         if spec.env_id not in gym.registry:
             gym.register(
                 id=spec.env_id,
-                entry_point=FAMILIES[spec.family][1],
+                entry_point=FAMILY_ENVS[spec.family][1],
                 kwargs={"benchmark": name, **BENCHMARK_DEFAULTS.get(name, {})},
                 disable_env_checker=True,
                 order_enforce=False,
@@ -79,7 +80,7 @@ def register_benchmark(spec, **env_defaults) -> str:
         raise ValueError(f"env id {spec.env_id!r} is already registered; pick another env_id")
     benchmarks[spec.name] = spec
     BENCHMARK_DEFAULTS[spec.name] = dict(env_defaults)
-    gym.register(id=spec.env_id, entry_point=FAMILIES[spec.family][1],
+    gym.register(id=spec.env_id, entry_point=FAMILY_ENVS[spec.family][1],
                  kwargs={"benchmark": spec.name, **env_defaults}, disable_env_checker=True, order_enforce=False)
     return spec.env_id
 
@@ -183,7 +184,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env
     if not isinstance(env_kwargs, Mapping):
         raise UserError(f"config field {key!r} is a mapping of env settings, got {env_kwargs!r}")
     spec = gym.spec(registered)
-    family = next((f for f, (_, entry, _) in FAMILIES.items() if entry == spec.entry_point), None)
+    family = next((f for f, (_, entry, _) in FAMILY_ENVS.items() if entry == spec.entry_point), None)
     if family is None:  # an id registered by someone else: its constructor is not ours to read
         return dict(env_kwargs)
     module, _, name = spec.entry_point.partition(":")
@@ -230,9 +231,9 @@ def env_summaries() -> list[tuple[str, str]]:
     """(id, one-line description) for every id this package registers, then the ids of installed
     packages' entry points and `--import`ed modules."""
     load_plugins()
-    rows = [(env_id, summary) for env_id, _, summary in (*FAMILIES.values(), REMOTE)]
+    rows = [(env_id, summary) for env_id, _, summary in (*FAMILY_ENVS.values(), REMOTE)]
     for name, spec in _benchmarks().items():
-        rows.append((spec.env_id, f"{FAMILIES[spec.family][0]} with benchmark={name!r}: {spec.description}"))
+        rows.append((spec.env_id, f"{FAMILY_ENVS[spec.family][0]} with benchmark={name!r}: {spec.description}"))
     listed = {env_id for env_id, _ in rows}
     rows += [(env_id, origin) for env_id, origin in _ADDED.items() if env_id not in listed]
     return rows

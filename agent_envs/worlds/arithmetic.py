@@ -6,7 +6,7 @@ trace is one python call followed by an answer copied from its output:
     >>> from agent_envs.worlds import ArithmeticWorld, ArithmeticConfig
     >>> w = ArithmeticWorld(ArithmeticConfig(seed=0, difficulty=1))
     >>> task = w[0]
-    >>> task.reward, len(task.gold_trace), task.metadata["family"] in FAMILIES[1]
+    >>> task.reward, len(task.gold_trace), task.metadata["family"] in PROBLEM_FAMILIES[1]
     ('math', 2, True)
 
 Difficulty levels (each task draws one family of its level, uniformly):
@@ -44,7 +44,8 @@ from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
 
-FAMILIES: dict[int, tuple[str, ...]] = {
+# difficulty level -> the problem families a task of that level draws from (the module table)
+PROBLEM_FAMILIES: dict[int, tuple[str, ...]] = {
     1: ("mul", "add", "sub", "mod"),
     2: ("mul_add", "mul_mod", "pow_mod"),
     3: ("linear_system", "mod_inverse"),
@@ -132,7 +133,7 @@ class ArithmeticWorld(World):
     def _make_task(self, rng: Random, index: int) -> Task:
         # draws only when the mix is on, so the default world's tasks stay as they were
         easy = self.config.easy_fraction > 0 and rng.random() < self.config.easy_fraction
-        family = rng.choice(EASY_FAMILIES if easy else FAMILIES[self.config.difficulty])
+        family = rng.choice(EASY_FAMILIES if easy else PROBLEM_FAMILIES[self.config.difficulty])
         template = rng.randrange(3)
         fields, code, value = self._easy(rng, family) if easy else getattr(self, f"_{family}")(rng)
         question = TEMPLATES[family][template].format(**fields)

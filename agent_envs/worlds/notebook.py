@@ -33,7 +33,7 @@ from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
 from agent_envs.worlds.base import World, WorldConfig, register_world
 
-FAMILIES = ("chain", "function", "table")
+TASK_KINDS = ("chain", "function", "table")  # a task's `family` in its metadata; one method each
 PLAN = "<think> I will work it out step by step in python, reusing what I defined. </think> "
 NEXT = "<think> Next step, reusing the earlier result. </think> "
 
@@ -63,7 +63,7 @@ class NotebookWorld(World):
         return [PythonTool(timeout_s=timeout_s, session=True)]
 
     def _make_task(self, rng: Random, index: int) -> Task:
-        family = rng.choice(FAMILIES)
+        family = rng.choice(TASK_KINDS)
         question, cells, value = getattr(self, f"_{family}")(rng, self.config.steps)
         trace = [f"{PLAN if i == 0 else NEXT}<python>{cell}</python>" for i, cell in enumerate(cells)]
         trace.append(f"<think> The last result is {value}. </think> <answer> \\boxed{{{value}}} </answer>")
@@ -133,4 +133,4 @@ def _primes_below(limit: int) -> list[int]:
     return [i for i, p in enumerate(sieve) if p]
 
 
-__all__ = ["FAMILIES", "NotebookConfig", "NotebookWorld"]
+__all__ = ["TASK_KINDS", "NotebookConfig", "NotebookWorld"]

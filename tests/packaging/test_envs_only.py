@@ -37,10 +37,10 @@ sys.meta_path.insert(0, NotInstalled())
 
 import gymnasium as gym
 import agent_envs
-from agent_envs.envs import FAMILIES
+from agent_envs.envs import FAMILY_ENVS
 
 results = {}
-for env_id, _, _ in FAMILIES.values():  # every id with a procedural world of its own
+for env_id, _, _ in FAMILY_ENVS.values():  # every id with a procedural world of its own
     env = gym.make(env_id)
     prompt, info = env.reset(seed=0)
     done = False

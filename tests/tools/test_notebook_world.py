@@ -13,7 +13,7 @@ import pytest
 
 from agent_envs.core.env import ToolEnv
 from agent_envs.tools import PythonTool
-from agent_envs.worlds.notebook import FAMILIES, NotebookConfig, NotebookWorld
+from agent_envs.worlds.notebook import TASK_KINDS, NotebookConfig, NotebookWorld
 
 N = 9
 
@@ -59,7 +59,7 @@ def test_config_is_checked_and_tasks_are_seeded(world):
         NotebookWorld(NotebookConfig(steps=7))
     again = NotebookWorld(NotebookConfig(seed=0, steps=3))
     assert [again[i] for i in range(N)] == [world[i] for i in range(N)]
-    assert {world[i].metadata["family"] for i in range(N)} == set(FAMILIES)
+    assert {world[i].metadata["family"] for i in range(N)} == set(TASK_KINDS)
     assert all(world[i].metadata["needs_session"] and world[i].metadata["tool_calls"] == 3 for i in range(N))
 
 

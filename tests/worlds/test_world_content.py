@@ -21,7 +21,7 @@ from agent_envs.worlds import (
     WebConfig,
     WebWorld,
 )
-from agent_envs.worlds.arithmetic import FAMILIES
+from agent_envs.worlds.arithmetic import PROBLEM_FAMILIES
 from agent_envs.worlds.knowledge import RELATIONS
 from agent_envs.worlds.web import ATLAS
 
@@ -59,8 +59,8 @@ def test_arithmetic_code_computes_the_answer_from_the_questions_numbers(difficul
             t.gold_trace[1]
             == f"<think> The result is {t.answers[0]}. </think> <answer> \\boxed{{{t.answers[0]}}} </answer>"
         )
-    assert set(families) == set(FAMILIES[difficulty])
-    assert all(count > 5 for count in templates.values()) and len(templates) == 3 * len(FAMILIES[difficulty])
+    assert set(families) == set(PROBLEM_FAMILIES[difficulty])
+    assert all(count > 5 for count in templates.values()) and len(templates) == 3 * len(PROBLEM_FAMILIES[difficulty])
 
 
 def test_arithmetic_digits_are_configurable():
