@@ -7,7 +7,8 @@ GRPO, except:
 * rollouts come from `algorithms.rollout.tree.TreeRollout` (M trajectories per prompt: N full
   ones, plus forks after high-entropy tool results, plus top-ups), not flat group sampling;
 * `advantage_attribution="hard"` gives a token shared by several trajectories of a tree the mean
-  advantage of those trajectories, counted once (docs/algorithms.md §6.7); `"soft"` (default) is plain GRPO.
+  advantage of those trajectories, counted once (docs/algorithms.md §6.7); `"soft"` (default) is plain GRPO;
+  `"appo"` is APPO's training rule (§6.10): forks out of the loss, their advantage on their source's prefix.
 
     >>> import torch
     >>> adv, mask = hard_attribution(torch.tensor([1.0, -1.0]), keys=["a", "b"], parents=[None, "a"],
@@ -25,6 +26,7 @@ from typing import Any, Literal
 import torch
 
 from agent_envs.base.config import option
+from algorithms.core.advantages import outcome_advantages
 from algorithms.core.batch import PromptDraw, RolloutBatch
 from algorithms.core.credit import lineage_index, owner_spans
 from algorithms.core.group_sampling import run_coroutine
@@ -42,8 +44,10 @@ class ARPOConfig(LearnerConfig):
     output_dir: str = "runs/arpo"
     group_size: int = option(16, "M: trajectories per prompt, forks and top-ups included")
     tree: TreeConfig = option(factory=TreeConfig, help="the tree rollout's settings")
-    advantage_attribution: Literal["soft", "hard", "hard_no_dedupe"] = option(
-        "soft", "soft: plain GRPO; hard: a shared token gets its sharers' mean advantage, counted once"
+    advantage_attribution: Literal["soft", "hard", "hard_no_dedupe", "appo"] = option(
+        "soft",
+        "soft: plain GRPO; hard: a shared token gets its sharers' mean advantage, counted once; "
+        "appo: APPO's rule (forks out of the loss, their advantage added to their source's prefix)",
     )
 
 
@@ -86,10 +90,24 @@ class ARPOLearner(Learner):
 
     def compute_advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
         adv, mask = super().compute_advantages(batch)
-        mode = self.config.advantage_attribution
+        cfg = self.config
+        mode = cfg.advantage_attribution
         if mode == "soft":
             return adv, mask
         trajs = batch.trajectories
+        if mode == "appo":
+            forks = [t.parent_id is not None for t in trajs]
+            # initial paths (top-ups too) and forks normalised as two groups per prompt
+            groups = [2 * int(g) + f for g, f in zip(batch.group_ids.tolist(), forks, strict=True)]
+            base = outcome_advantages(batch.rewards, groups, estimator=cfg.advantage_estimator,
+                                      scale_rewards=cfg.scale_rewards, eps=cfg.adv_eps)  # fmt: skip
+            return appo_attribution(
+                base,
+                keys=[(t.group_id, t.traj_id) for t in trajs],
+                parents=[None if t.parent_id is None else (t.group_id, t.parent_id) for t in trajs],
+                offsets=[t.branch_offset or 0 for t in trajs],
+                mask=mask,
+            )
         return hard_attribution(
             adv,
             keys=[(t.group_id, t.traj_id) for t in trajs],
@@ -166,4 +184,45 @@ def hard_attribution(
     return out.to(advantages.dtype if advantages.is_floating_point() else torch.float32), new_mask
 
 
-__all__ = ["ARPOConfig", "ARPOLearner", "hard_attribution"]
+def appo_attribution(
+    advantages: torch.Tensor,
+    *,
+    keys: Sequence[Hashable],
+    parents: Sequence[Hashable | None],
+    offsets: Sequence[int],
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """APPO's training rule (arXiv 2606.12384, its code's `compute_appo_advantage`; docs/algorithms.md §6.10).
+
+    `advantages` [B] are already normalised in two groups per prompt (paths from the prompt;
+    forks). A fork is out of the loss (advantage and mask 0); each position p < offset of its
+    parent gets, on top of the parent's own advantage, the mean advantage of the parent's forks
+    that share position p. Forks of forks add to their own parent, which is out of the loss too.
+
+        >>> adv, mask = appo_attribution(torch.tensor([1.0, -1.0, 0.5]), keys=["a", "b", "c"],
+        ...                              parents=[None, "a", "a"], offsets=[0, 2, 3], mask=torch.ones(3, 4))
+        >>> adv[0].tolist(), mask[1].tolist()
+        ([0.75, 0.75, 1.5, 1.0], [0.0, 0.0, 0.0, 0.0])
+    """
+    n, width = mask.shape
+    if advantages.shape != (n,) or not len(keys) == len(parents) == len(offsets) == n:
+        raise ValueError(f"appo attribution: one advantage, key, parent and offset per trajectory ({n})")
+    index = {k: i for i, k in enumerate(keys)}
+    total = torch.zeros(n, width, dtype=torch.float64)
+    count = torch.zeros(n, width, dtype=torch.float64)
+    for i, p in enumerate(parents):
+        if p is None:
+            continue
+        if p not in index:
+            raise ValueError(f"trajectory {keys[i]!r} is a fork of {p!r}, which is not in the batch")
+        end = min(max(offsets[i], 0), width)
+        total[index[p], :end] += float(advantages[i])
+        count[index[p], :end] += 1
+    own = advantages.detach().double().unsqueeze(1).expand(n, width)
+    out = own + torch.where(count > 0, total / count.clamp(min=1), torch.zeros_like(total))
+    roots = torch.tensor([p is None for p in parents], dtype=mask.dtype).unsqueeze(1)
+    new_mask = mask * roots
+    return (out * new_mask.double()).to(advantages.dtype), new_mask
+
+
+__all__ = ["ARPOConfig", "ARPOLearner", "appo_attribution", "hard_attribution"]

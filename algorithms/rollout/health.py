@@ -216,7 +216,8 @@ class HealthChecker:
         """Each segment against the engine's record; returns the segments' lengths when all match."""
         lengths = []
         for k, start in enumerate(t.segment_starts):
-            outs = record.produced(list(t.prompt_ids) + list(t.response_ids[:start]))
+            context = list(t.prompt_ids) + list(t.response_ids[:start])
+            outs = record.produced(context)
             if not outs:
                 return [self._finding(
                     t, "prefix", start,
@@ -225,6 +226,10 @@ class HealthChecker:
                 )], None
             here = list(t.response_ids[start:])
             match = next((o for o in outs if here[: len(o)] == list(o)), None)
+            stitched = None if match is not None else _stitched(record, context, here, 0)
+            if stitched is not None:
+                lengths.append(stitched)
+                continue
             if match is None:
                 best = max(outs, key=lambda o: _common_prefix(here, o))
                 at = start + _common_prefix(here, best)
@@ -351,6 +356,27 @@ class HealthChecker:
         if self.mode == "fatal":
             raise RolloutHealthError(text)
         warnings.warn(text, RolloutHealthWarning, stacklevel=3)
+
+
+def _stitched(record: RecordedEngine, context: list[int], here: list[int], done: int) -> int | None:
+    """The length of a segment stitched from engine outputs, or None.
+
+    A tree fork inside a turn (`tree.branch_rule: entropy_value`) keeps the start of its parent's
+    output and continues it: a piece of one output is followed by what the engine produced from
+    exactly the context that piece ends, and so on.
+    """
+    outs = record.produced(context + here[:done]) or []
+    rest = here[done:]
+    for o in outs:
+        if rest[: len(o)] == list(o):
+            return done + len(o)
+    # the fork may have sampled what the output had next, so any shared length can be the cut
+    for shared in range(max((_common_prefix(rest, o) for o in outs), default=0), 0, -1):
+        if record.produced(context + here[: done + shared]) is not None:
+            got = _stitched(record, context, here, done + shared)
+            if got is not None:
+                return got
+    return None
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from arpo_helpers import ScriptedEngine, make_env_factory, math_tasks, run
 
 from algorithms.rollout.branch_rules import Anchor, PathView, get_rule, prefix_nodes
@@ -237,7 +238,7 @@ def test_cli_train_with_each_rule(rule, tiny_model_path, tmp_path):
         "--config", str(REPO / "configs" / "arpo_tiny.yaml"), f"tree.branch_rule={rule}",
         f"model={tiny_model_path}", f"output_dir={out}", "total_steps=1", "prompts_per_step=2",
         "group_size=4", "tree.initial_rollouts=2", "max_response_tokens=64", "packing=tree",
-        "save_trajectories=true", "progress=false", "tensorboard=false", "export_model=false", "save_every=0",
+        "save_trajectories=true", "health_checks=fatal", "progress=false", "tensorboard=false", "export_model=false", "save_every=0",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -261,3 +262,87 @@ def test_cli_names_the_new_key_for_the_old_spelling(tiny_model_path, tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "'tree.branch_rule: reference' is now 'tree.entropy_formula: reference'" in proc.stderr
+
+
+# -- APPO's training rule (advantage_attribution: appo) -----------------------------------------
+
+
+def test_appo_attribution_golden():
+    from algorithms.arpo import appo_attribution
+
+    # path a (A = 1) with forks b (A = -1, keeps a's first 2 tokens) and c (A = 0.5, first 3):
+    # a's positions 0-1 get 1 + mean(-1, 0.5) = 0.75, position 2 gets 1 + 0.5, position 3 stays 1
+    adv, mask = appo_attribution(torch.tensor([1.0, -1.0, 0.5]), keys=["a", "b", "c"],
+                                 parents=[None, "a", "a"], offsets=[0, 2, 3], mask=torch.ones(3, 4))  # fmt: skip
+    assert adv.tolist() == [[0.75, 0.75, 1.5, 1.0], [0.0] * 4, [0.0] * 4]
+    assert mask.tolist() == [[1.0] * 4, [0.0] * 4, [0.0] * 4]
+
+
+@pytest.mark.slow
+def test_appo_rule_in_the_learner(tiny_model_path, tokenizer, tmp_path):
+    from algorithms.arpo import ARPOConfig, ARPOLearner
+    from algorithms.core.batch import RolloutBatch
+
+    class Varied(ARPOLearner):  # distinct rewards, so the two groups' advantages are not all zero
+        def shape_rewards(self, trajectories):
+            return torch.tensor([float(len(t.response_ids) % 5) for t in trajectories])
+
+    cfg = ARPOConfig(model=str(tiny_model_path), output_dir=str(tmp_path), advantage_attribution="appo",
+                     tree=TreeConfig(initial_rollouts=2, branch_rule="entropy_value"), total_steps=1,
+                     prompts_per_step=2, group_size=4, max_response_tokens=64, micro_batch_size=4, progress=False,
+                     tensorboard=False, export_model=False, threads=1, eval_episodes=0)  # fmt: skip
+    learner = Varied(cfg, env_factory=make_env_factory(tokenizer))
+    trajs, _ = learner.collect(0)
+    forks = [i for i, t in enumerate(trajs) if t.parent_id is not None]
+    assert forks, "entropy_value made no fork: the rule was not exercised"
+    # a fork inside a turn passes the rollout health checks: its turn is stitched from two engine outputs
+    assert any(trajs[f].loss_mask[trajs[f].branch_offset - 1] == 1 for f in forks)
+    assert all(not t.health for t in trajs), [t.health for t in trajs]
+    batch = RolloutBatch.from_trajectories(trajs, learner.shape_rewards(trajs))
+    adv, mask = learner.compute_advantages(batch)
+    r = batch.rewards.double()
+    z = {}  # GRPO within each of the prompt's two groups: paths from the prompt, and forks
+    for g in {t.group_id for t in trajs}:
+        for is_fork in (False, True):
+            rows = [i for i, t in enumerate(trajs) if t.group_id == g and (t.parent_id is not None) == is_fork]
+            if rows:
+                std = r[rows].std() if len(rows) > 1 else torch.tensor(0.0)
+                z.update(zip(rows, ((r[rows] - r[rows].mean()) / (std + cfg.adv_eps)).tolist(), strict=True))
+    for i, t in enumerate(trajs):
+        if t.parent_id is not None:  # out of the loss
+            assert mask[i].sum() == 0 and adv[i].abs().sum() == 0
+            continue
+        mine = [f for f in forks if trajs[f].group_id == t.group_id and trajs[f].parent_id == t.traj_id]
+        for p in range(len(t.response_ids)):
+            cover = [z[f] for f in mine if p < trajs[f].branch_offset]
+            want = (z[i] + (sum(cover) / len(cover) if cover else 0.0)) * float(batch.loss_mask[i, p])
+            assert adv[i, p].item() == pytest.approx(want, abs=1e-4), (i, p)
+    assert torch.isfinite(torch.tensor(learner.train_step()["pg_loss"]))
+
+
+def test_health_check_accepts_a_turn_stitched_from_two_engine_outputs():
+    # a fork inside a turn keeps [5, 6] of its parent's output [5, 6, 7, 8] and the engine, asked
+    # from that context, gave [7, 9] (its first token equals the parent's next one); an edited
+    # token is still found
+    from algorithms.rollout.engine import Segment
+    from algorithms.rollout.health import HealthChecker, RecordedEngine
+    from algorithms.rollout.trajectory import Trajectory
+
+    class Table:
+        tokenizer = None
+
+        def generate(self, prompts, params):
+            table = {(1, 2): [5, 6, 7, 8], (1, 2, 5, 6): [7, 9]}
+            return [Segment(list(table[tuple(p)]), [0.0] * len(table[tuple(p)])) for p in prompts]
+
+    rec = RecordedEngine(Table())
+    rec.generate([[1, 2]], SamplingParams())
+    rec.generate([[1, 2, 5, 6]], SamplingParams())
+    checker = HealthChecker(mode="warn", engine=rec)
+
+    def turn(ids):
+        return Trajectory([1, 2], ids, [1] * 4, [0.0] * 4, segment_starts=[0], traj_id=1, parent_id=0, branch_offset=2)
+
+    assert checker.check_one(turn([5, 6, 7, 9]), rec) == []
+    [finding] = checker.check_one(turn([5, 6, 7, 4]), rec)
+    assert (finding.check, finding.index) == ("prefix", 3)
