@@ -293,7 +293,7 @@ class KnowledgeWorld(World):
             changes = {rel.name: [x for x in by_kind[rel.object] if x.id != e.facts[rel.name]
                                   and (rel.name != "capital" or x.facts["in_country"] == e.id)]
                        for rel in RELATIONS if rel.subject == e.kind and rel.name in CHANGES}
-            kinds = (["namesake"] * (e.kind in DESCRIPTORS) + ["near"] * (e.kind in ("person", "company", "product"))
+            kinds = (["namesake"] * (e.kind in DESCRIPTORS) + ["near"] * (e.kind in ("company", "product"))
                      + ["changed"] * any(changes.values()))
             kind = rng.choice(kinds) if kinds else None  # one confusion each: cities and universities have none
             if kind == "namesake":
