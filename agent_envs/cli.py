@@ -222,10 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                        f"(see `agent-envs {command} --help`)\n")
     try:
         if args.imports or args.command_imports:
-            from agent_envs.envs import import_envs
+            from agent_envs.envs import IMPORT_ENV, import_envs
 
             for module in (*args.imports, *args.command_imports):
                 import_envs(module, f"--import {module}")
+            # the processes this command starts import them too
+            named = [m for m in os.environ.get(IMPORT_ENV, "").split(",") if m]
+            os.environ[IMPORT_ENV] = ",".join(dict.fromkeys([*named, *args.imports, *args.command_imports]))
         return int(args.func(args) or 0)
     except SystemExit as exc:  # subcommands that stop with a message: the same one-line contract
         if isinstance(exc.code, str):

@@ -92,6 +92,9 @@ FAMILY_WORLDS = {"math": "arithmetic", "qa": "knowledge", "search": "web", "note
 # Other packages' env ids: a distribution names a module (or a function that registers them) in
 # this entry-point group, and every command finds its ids (docs/adding-a-benchmark.md)
 ENTRY_POINT_GROUP = "agent_envs.envs"
+# modules to import for their ids, comma-separated: `--import` sets it, so the processes a command
+# starts (compare's workers, accelerate's ranks) import them too
+IMPORT_ENV = "AGENT_ENVS_IMPORT"
 _ADDED: dict[str, str] = {}  # env id -> where it came from, for `agent-envs list`
 _plugins_loaded = False
 
@@ -117,12 +120,14 @@ def import_envs(module: str, origin: str) -> list[str]:
 def load_plugins() -> None:
     """Load the `agent_envs.envs` entry points of the installed distributions, once: each names a
     module whose import registers env ids, or a function that does. A broken one is reported in
-    one line on stderr and skipped, so it cannot take the package's own ids down with it."""
+    one line on stderr and skipped, so it cannot take the package's own ids down with it. Then
+    the modules named in `$AGENT_ENVS_IMPORT` (comma-separated) are imported."""
     global _plugins_loaded
     if _plugins_loaded:
         return
     _plugins_loaded = True
     import inspect
+    import os
     import sys
     from importlib.metadata import entry_points
 
@@ -141,6 +146,8 @@ def load_plugins() -> None:
         for env_id in gym.registry:
             if env_id not in before:
                 _ADDED.setdefault(env_id, f"registered by {origin}")
+    for module in filter(None, (m.strip() for m in os.environ.get(IMPORT_ENV, "").split(","))):
+        import_envs(module, f"${IMPORT_ENV} {module}")
 
 
 def check_env_id(env_id: str, key: str = "env") -> str:

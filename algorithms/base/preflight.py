@@ -16,7 +16,6 @@ output directory; only then does it load anything.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import os
 import re
@@ -64,12 +63,9 @@ def check_env(env_id: str, env_kwargs: dict[str, Any], key: str = "env") -> Any:
     """
     import gymnasium as gym
 
-    import agent_envs  # noqa: F401  (registers the ids)
+    from agent_envs.envs import check_env_id
 
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else "; `agent-envs list` shows them"
-        raise ValueError(f"config field {key!r}: {env_id!r} is not a registered env id{hint}")
+    check_env_id(env_id, key)  # other packages' ids and MODULE:ID included; names the closest id
     try:
         env = gym.make(env_id, **env_kwargs).unwrapped
     except TypeError as exc:  # an unknown keyword of the env's constructor

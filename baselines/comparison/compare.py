@@ -243,6 +243,9 @@ def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
         log = open(run_dir / "log.txt", "a" if spec.resume else "w")  # noqa: SIM115  (open for the process's life)
         sys.stdout.flush()
         sys.stderr.flush()
+    from agent_envs.envs import load_plugins
+
+    load_plugins()  # the env ids of installed packages and of --import, as in the parent
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     return run_one(spec)
