@@ -1,6 +1,7 @@
-"""Entropy-branching tree rollouts (ARPO, AEPO) as a strategy over the multi-turn runner.
+"""Tree rollouts (ARPO, AEPO and the other branch rules) as a strategy over the multi-turn runner.
 
-Per prompt, with a global budget of M trajectories (docs/algorithms.md §6.4):
+Per prompt, with a global budget of M trajectories (docs/algorithms.md §6.4), under the default
+branch rule `entropy` (ARPO's; `tree.branch_rule`, `branch_rules/`, docs/algorithms.md §6.10):
 
 1. start N paths from the prompt (AEPO pre-monitoring may choose N per prompt, §7.2);
 2. generate one segment for every active path in one batched engine call, each with its own
@@ -13,6 +14,11 @@ Per prompt, with a global budget of M trajectories (docs/algorithms.md §6.4):
    its own continuation in the next iteration;
 4. the other segments go to their envs (tool calls run concurrently; results appended, mask 0);
 5. a prompt whose paths have all ended with fewer than M gets the missing ones from the prompt.
+
+A wave rule (`turn`, `entropy_value`, `mixed_outcome`) skips step 3; at step 5 it first names
+anchors among the ended paths (a path and a response offset), and each anchor becomes a fork
+from the env saved at the tool result at or before it (`_fork_at`), which joins the loop at
+step 2; top-ups take what is left. The loop is the same for every rule.
 
 Exactly M trajectories per prompt come back (initial paths, then forks and top-ups in creation
 order), each with its lineage: `traj_id`, `parent_id`, `branch_offset`, and `lineage` (root id,
@@ -43,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from algorithms.base.seeds import TREE_ID_STRIDE, tree_traj_id
-from algorithms.rollout.branch_rules import Anchor, PathView, get_rule
+from algorithms.rollout.branch_rules import Anchor, BranchRule, PathView, get_rule
 from algorithms.rollout.branching import premonitor_global_samples
 from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
 from algorithms.rollout.entropy import measure_segment, position_entropies
@@ -169,7 +175,7 @@ class TreeRollout:
         self.config = config
         self.budget = budget
         self.vocab_size = vocab_size or len(engine.tokenizer.get_vocab())
-        self._rule = get_rule(config.branch_rule)
+        self.rule: BranchRule = get_rule(config.branch_rule)
 
     def rollout(self, *args: Any, **kwargs: Any) -> TreeRolloutResult:
         """Blocking `arollout` (outside a running event loop)."""
@@ -200,7 +206,7 @@ class TreeRollout:
         # One function, long on purpose: it is the paper's tree-rollout algorithm (initial
         # samples, entropy probes, branching, top-ups to exactly M) read top to bottom.
         cfg = self.config
-        rule = get_rule(cfg.branch_rule)
+        rule = self.rule
         if max_response_tokens <= 0:
             raise ValueError(f"tree rollout: max_response_tokens={max_response_tokens} must be > 0")
         env_list = self._envs(envs, tasks, n_prompts)
@@ -268,7 +274,8 @@ class TreeRollout:
                     nd.pos_h.append(self._position_entropies(seg))
                 start = nd.path.segment_starts[-1]
                 if start == 0:
-                    nd.h_init = h
+                    if nd.h_init is None:  # a fork inside the first turn keeps its root's
+                        nd.h_init = h
                     continue
                 if not rule.online:
                     continue
@@ -276,12 +283,11 @@ class TreeRollout:
                     continue
                 made = self._branch(nd, h - nd.h_init, nodes, used, prompt_streak, rngs[nd.prompt], stats)
                 grew[nd.prompt] |= made > 0
-            segs = [_merge(nd, seg, part) if part else seg for nd, seg, part in zip(active, segs, resumed, strict=True)]  # fmt: skip
+            segs = [
+                _merge(nd, seg, part) if part else seg for nd, seg, part in zip(active, segs, resumed, strict=True)
+            ]
             await step_paths([nd.path for nd in active], segs, self.engine.tokenizer, max_response_tokens)
-            if not rule.online:  # a wave rule forks at boundaries passed long ago: save the env at each
-                for nd in active:
-                    if nd.path.active and nd.path.boundary_offset not in nd.snaps:
-                        nd.snaps[nd.path.boundary_offset] = (nd.path.env.fork(), nd.path.boundary_state)
+            self._save_boundaries(active)
             for i, ns in enumerate(nodes):
                 if used[i] < self.budget and not any(nd.path.active for nd in ns):
                     k = self.budget - used[i] if cfg.topup_mode == "all" else 1
@@ -336,6 +342,15 @@ class TreeRollout:
             )
         return env_list
 
+    def _save_boundaries(self, stepped: list[_Node]) -> None:
+        """A wave rule forks at tool results passed long ago: save the env at each, as the path
+        passes it (a fork of the env then, so a python session is kept as it was there)."""
+        if self.rule.online:
+            return
+        for nd in stepped:
+            if nd.path.active and nd.path.boundary_offset not in nd.snaps:
+                nd.snaps[nd.path.boundary_offset] = (nd.path.env.fork(), nd.path.boundary_state)
+
     def _position_entropies(self, seg: Segment) -> list[float]:
         """h_t of every position of a segment (exact where the engine gives it and the config asks)."""
         cfg = self.config
@@ -343,7 +358,7 @@ class TreeRollout:
             return list(seg.entropy)
         return position_entropies(seg.top_logprobs or [], cfg.entropy_topk)
 
-    def _anchors(self, rule: Any, ns: list[_Node], k: int, rng: random.Random) -> list[Anchor]:
+    def _anchors(self, rule: BranchRule, ns: list[_Node], k: int, rng: random.Random) -> list[Anchor]:
         """The wave rule's anchors among the prompt's ended paths (indices into `ns`)."""
         kept = [j for j, nd in enumerate(ns) if nd.kind != "probe"]
         index = {ns[j].path.traj_id: v for v, j in enumerate(kept)}
@@ -449,7 +464,7 @@ class TreeRollout:
             if used[i] >= self.budget:
                 break
             st.decisions += 1
-            if not self._rule.decide(rng, delta_h, cfg, streak):
+            if not self.rule.decide(rng, delta_h, cfg, streak):
                 continue
             child = path.fork(tree_traj_id(path.group_id, len(nodes[i])), at_boundary=True)
             seg_h = nd.seg_h[: len(child.segment_starts)]  # the entropies of the shared segments
@@ -519,7 +534,10 @@ class TreeRollout:
                 h = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
                 if h is not None:
                     seg_h[nd.prompt].append(h)
+                if self.rule.needs_token_entropy:  # a reused probe is a wave rule's initial path
+                    nd.pos_h.append(self._position_entropies(seg))
             await step_paths([nd.path for nd in live], segs, self.engine.tokenizer, budget)
+            self._save_boundaries(live)
             live = [nd for nd in live if nd.path.active]
         out = []
         for i, seg in enumerate(root_segs):

@@ -151,6 +151,16 @@ def test_every_rule_gives_exactly_m_paths_at_the_token_budget(hf_engine, tokeniz
         assert any(tr.loss_mask[tr.branch_offset - 1] == 1 for tr in forks)
 
 
+@pytest.mark.parametrize("rule", ["turn", "entropy_value", "mixed_outcome"])
+def test_wave_rules_with_aepo_premonitoring(hf_engine, tokenizer, rule):
+    # the reused probe is an initial path like the others: its tool results and tokens are anchors
+    cfg = TreeConfig(initial_rollouts=2, branch_rule=rule, enable_dynamic_rollouts=True, reuse_probe=True)
+    res = run(TreeRollout(hf_engine, cfg, budget=6).arollout(make_env_factory(tokenizer), PARAMS, n_prompts=2,
+                                                             max_response_tokens=96, seed=3))  # fmt: skip
+    check_budget(res, 6, 96)
+    assert all(1 <= st.initial <= 6 for st in res.prompts)
+
+
 class Varied(ScriptedEngine):
     """Answers 12 + 7 = 19 in the right format on odd request seeds; on even ones, the scripted
     unformatted 2 (reward -1): so outcomes are mixed."""
