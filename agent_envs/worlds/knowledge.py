@@ -29,6 +29,7 @@ from typing import ClassVar
 from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
+from agent_envs.retrieval.backend import SearchBackend
 from agent_envs.worlds.ambiguity import AMBIGUITY_HELP, careful_search, change_years, confusable, fresh_names
 from agent_envs.worlds.base import World, WorldConfig, register_world
 from agent_envs.worlds.names import NameMaker
@@ -336,7 +337,7 @@ class KnowledgeWorld(World):
         return docs
 
     @cached_property
-    def _backend(self):  # the same BM25 the search tool runs, for the careful gold traces
+    def _backend(self) -> SearchBackend:  # the search tool's BM25, for the careful gold traces
         from agent_envs.retrieval import BM25Backend
 
         return BM25Backend(self.corpus)
@@ -455,10 +456,11 @@ class KnowledgeWorld(World):
             fact = e.sentence(rel, ents)
             if rel.name in e.history:
                 met.append("outdated")
-                _, listed, since = e.history[rel.name]
-                if f"kb{seed}-{e.id}-{listed}" in shown:
+                listed = e.history[rel.name][1]
+                if year and k + 1 == len(chain):  # asked before the change
+                    fact += f" So in {year} it was {path[k + 1].name}."
+                elif f"kb{seed}-{e.id}-{listed}" in shown:
                     notes.append(f"The {listed} page is old.")
-                fact += f" So in {year} it was {path[k + 1].name}." if year and k + 1 == len(chain) else ""
             if teacher == "shortcut":  # stops at the first hop: wrong, as in the world without rivals
                 trace.append(f"<think> {fact} </think> <answer> \\boxed{{{ents[e.facts[rel.name]].name}}} </answer>")
             elif k + 1 < len(chain):

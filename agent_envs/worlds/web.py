@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from agent_envs.base.config import option
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool
+from agent_envs.retrieval.backend import SearchBackend
 from agent_envs.worlds.ambiguity import AMBIGUITY_HELP, careful_search, confusable, fresh_names
 from agent_envs.worlds.base import World, WorldConfig, register_world
 from agent_envs.worlds.names import NameMaker
@@ -164,7 +165,7 @@ class WebWorld(World):
         ]
 
     @cached_property
-    def _backend(self):  # the same BM25 the search tool runs, for the careful gold traces
+    def _backend(self) -> SearchBackend:  # the search tool's BM25, for the careful gold traces
         from agent_envs.retrieval import BM25Backend
 
         return BM25Backend(self.corpus)
