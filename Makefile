@@ -27,10 +27,15 @@ $(STAMP): pyproject.toml
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)
 
+# the last line printed is the one to run next: `agent-envs` lives in the virtual environment
+ACTIVATE := @echo "agent-envs is in $(VENV): run  source $(VENV)/bin/activate  to use it in this shell"
+
 install: $(STAMP)
+	$(ACTIVATE)
 
 quickstart: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(VENV)/bin/agent-envs quickstart
+	$(ACTIVATE)
 
 # OMP_NUM_THREADS=1 is for speed, not correctness: the tests' processes and servers share few cores,
 # and one torch thread each keeps them from oversubscribing (the vLLM engine sets its own threads).
