@@ -446,8 +446,9 @@ class KnowledgeWorld(World):
                 met.append("searched_again")
                 trace.append(f"<think> None of the results is {e.ref}. </think> <search> {query} </search>")
             notes = []
-            if f"kb{seed}-{e.id}-namesake" in shown:
+            if e.descriptor:  # named with it in the question or the passage before, shown or not
                 met.append("namesake")
+            if f"kb{seed}-{e.id}-namesake" in shown:
                 notes.append(f"Doc {shown.index(f'kb{seed}-{e.id}') + 1} is the {e.descriptor}.")
             if shown[0] != f"kb{seed}-{e.id}":
                 met.append("not_first")
