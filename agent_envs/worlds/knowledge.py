@@ -17,6 +17,11 @@ Lamp born?"), so answering it takes k searches, each for a name read in the prev
 With `teacher_shortcut` > 0, that share of multi-hop traces stops after the first search and
 answers with the entity that hop found (a classic multi-hop mistake; `teacher` "shortcut",
 `trace_correct` False). One-hop traces have no shortcut to take.
+
+With `ambiguity` > 0, that share of entities gets a rival (`rivals`, `Entity.history`): a namesake
+told apart by its occupation or kind of company, a near-namesake, or a fact that changed, with an
+old page that still states it. Questions say which one they mean ("Bela Tramor (painter)",
+"today", "in 2010"), and the gold traces read, compare and search again (docs/envs.md).
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ at depth d takes one search and d visits along links:
 `difficulty` is the largest depth (1-4); depths are drawn uniformly from [min_depth, difficulty].
 With `teacher_shortcut` > 0, that share of traces for depth > 1 stops at the home page and answers
 with what it read there (`teacher` "shortcut", `trace_correct` False); `path` stays the full path.
+
+With `ambiguity` > 0, that share of organisations gets a namesake elsewhere and a near-namesake,
+snippets that the search tool cuts before their facts, and a people page that lists the former
+committee first. Questions name the founding year (or town) and say "current" or a year; the
+gold traces open the namesakes in rank order until the right one (docs/envs.md).
 """
 
 from __future__ import annotations
