@@ -185,3 +185,43 @@ def test_real_model_summary_matches_its_page() -> None:
         f"README: {sft}, {grpo}, {arpo}; docs/real-model.md's sampled column: {sampled}")
     calls = {n: _number(rows[n]["tool calls run / training trajectory"]) for n in ("GRPO", "ARPO")}
     assert float(ratio) == round(calls["ARPO"] / calls["GRPO"], 2), (f"README: {ratio}×; page: {calls}")
+
+
+COUNTING_PLUGIN = '''
+import json, os
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test, with its marks
+def pytest_collection_modifyitems(items):
+    marks = [{m.name for m in item.iter_markers()} for item in items]
+    counts = {"all": len(items), "stress": sum("stress" in m for m in marks),
+              "slow or stress": sum(bool(m & {"slow", "stress"}) for m in marks)}
+    with open(os.environ["README_COUNTS_OUT"], "w") as f:
+        json.dump(counts, f)
+'''
+
+
+@pytest.mark.slow
+def test_test_counts(tmp_path: Path) -> None:
+    """The README's test counts are within 3 % of what pytest collects (one collection, about a
+    minute on 2 cores: every module of the packages is imported for its doctests)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    claims = {target: int(_find(rf"`make {target}` [^(]*\(([\d,]+) tests", README, "README's set-up section")
+                          .group(1).replace(",", "")) for target in ("test", "test-fast", "stress")}
+    (tmp_path / "readme_counts.py").write_text(COUNTING_PLUGIN)
+    out = tmp_path / "counts.json"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "README_COUNTS_OUT": str(out)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "readme_counts"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    counts = json.loads(out.read_text())
+    collected = {"test": counts["all"] - counts["stress"], "test-fast": counts["all"] - counts["slow or stress"],
+                 "stress": counts["stress"]}
+    off = {t: (claims[t], collected[t]) for t in claims if abs(claims[t] - collected[t]) > 0.03 * collected[t]}
+    assert not off, "README's test counts (README, collected): " + ", ".join(
+        f"make {t}: {c} vs {n}" for t, (c, n) in off.items())
