@@ -24,7 +24,7 @@ use the same denominators, so they too sum to the mini-batch value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -199,14 +199,15 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "
 
 @dataclass(frozen=True)
 class LossConfig:
-    """The options of `loss_and_metrics`; `LossConfig.of(learner_config)` reads them from a config."""
+    """The options of `loss_and_metrics`, under the names and meanings of the `LearnerConfig`
+    fields they come from (docs/training.md); `LossConfig.of(learner_config)` copies them."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = 3.0
-    upper_clip: str = "hard"  # "grad_preserve": `policy_loss: ppo_clip_gradpreserve`
-    agg: str = "token-mean"
-    max_len: int | None = None  # L_const of seq-mean-token-sum-norm
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = 3.0  # the dual clip (None: off)
+    policy_loss: str = "ppo_clip"  # a key of POLICY_LOSSES
+    loss_agg_mode: str = "token-mean"
+    loss_scale_len: int | None = None  # L_const of seq-mean-token-sum-norm (`of` fills it in)
     kl_coef: float = 0.0
     kl_estimator: str = "low_var_kl"
     entropy_coeff: float = 0.0
@@ -215,20 +216,10 @@ class LossConfig:
 
     @classmethod
     def of(cls, cfg: Any) -> LossConfig:
-        """The loss options of a `LearnerConfig`."""
-        return cls(
-            clip_low=cfg.clip_ratio_low,
-            clip_high=cfg.clip_ratio_high,
-            dual_clip=cfg.clip_ratio_c,
-            upper_clip=POLICY_LOSSES[cfg.policy_loss],
-            agg=cfg.loss_agg_mode,
-            max_len=cfg.loss_scale_len or cfg.max_response_tokens,
-            kl_coef=cfg.kl_coef,
-            kl_estimator=cfg.kl_estimator,
-            entropy_coeff=cfg.entropy_coeff,
-            rollout_is=cfg.rollout_is,
-            rollout_is_threshold=cfg.rollout_is_threshold,
-        )
+        """The loss options of a `LearnerConfig`; an unset `loss_scale_len` is the response budget."""
+        values = {f.name: getattr(cfg, f.name) for f in fields(cls)}
+        values["loss_scale_len"] = cfg.loss_scale_len or cfg.max_response_tokens
+        return cls(**values)
 
 
 @dataclass
@@ -267,7 +258,7 @@ def loss_and_metrics(
     """
     mask = inputs.mask
     old = inputs.old_logprobs
-    denoms = {"num_tokens": inputs.num_tokens, "num_seqs": inputs.num_seqs, "max_len": config.max_len}
+    denoms = {"num_tokens": inputs.num_tokens, "num_seqs": inputs.num_seqs, "max_len": config.loss_scale_len}
     log_w = (old - inputs.behaviour_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) * mask
     is_w = log_w.exp().clamp(max=config.rollout_is_threshold) if config.rollout_is == "tis" else None
     loss, metrics = policy_loss(
@@ -275,21 +266,21 @@ def loss_and_metrics(
         old,
         inputs.advantages,
         mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        agg=config.agg,
-        dual_clip=config.dual_clip,
-        upper_clip=config.upper_clip,
+        clip_low=config.clip_ratio_low,
+        clip_high=config.clip_ratio_high,
+        agg=config.loss_agg_mode,
+        dual_clip=config.clip_ratio_c,
+        upper_clip=POLICY_LOSSES[config.policy_loss],
         is_weights=is_w,
         **denoms,
     )
     if inputs.ref_logprobs is not None:
-        kl_loss = aggregate(kl_penalty(logprobs, inputs.ref_logprobs, config.kl_estimator), mask, config.agg, **denoms)
+        kl_loss = aggregate(kl_penalty(logprobs, inputs.ref_logprobs, config.kl_estimator), mask, config.loss_agg_mode, **denoms)
         loss = loss + config.kl_coef * kl_loss
         metrics["kl"] = kl_loss.detach()
     if entropy is not None:
         if config.entropy_coeff != 0:
-            loss = loss - config.entropy_coeff * aggregate(entropy, mask, config.agg, **denoms)
+            loss = loss - config.entropy_coeff * aggregate(entropy, mask, config.loss_agg_mode, **denoms)
         metrics["entropy"] = aggregate(entropy.detach(), mask, "token-mean", num_tokens=inputs.num_tokens)
     # trainer/engine mismatch (only meaningful where π_old was computed, §2.9)
     metrics["rollout_mismatch_kl"] = aggregate(-log_w, mask, "token-mean", num_tokens=inputs.num_tokens)

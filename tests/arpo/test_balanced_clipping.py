@@ -80,10 +80,10 @@ def test_one_switch_policy_loss(tmp_path):
     from algorithms.core.learner_config import LearnerConfig
     from algorithms.core.losses import LossConfig
 
-    assert LossConfig.of(AEPOConfig()).upper_clip == "grad_preserve"
-    assert LossConfig.of(AEPOConfig(policy_loss="ppo_clip")).upper_clip == "hard"
-    assert LossConfig.of(LearnerConfig()).upper_clip == "hard"
-    assert LossConfig.of(LearnerConfig(policy_loss="ppo_clip_gradpreserve")).upper_clip == "grad_preserve"
+    assert LossConfig.of(AEPOConfig()).policy_loss == "ppo_clip_gradpreserve"
+    assert LossConfig.of(AEPOConfig(policy_loss="ppo_clip")).policy_loss == "ppo_clip"
+    assert LossConfig.of(LearnerConfig()).policy_loss == "ppo_clip"
+    assert LossConfig.of(LearnerConfig(policy_loss="ppo_clip_gradpreserve")).policy_loss == "ppo_clip_gradpreserve"
     preset = tmp_path / "aepo_old.yaml"
     preset.write_text("algo: aepo\nenable_entropy_balanced_clipping: false\n")
     for path, overrides in ((preset, []), (None, ["enable_entropy_balanced_clipping=true"])):

@@ -104,7 +104,7 @@ def test_aepo_entropy_advantage_is_active_with_zero_entropy_coeff(tiny_model_pat
     )
     learner = AEPOVaried(cfg, env_factory=make_env_factory(tokenizer))
     assert learner.needs_entropy()  # the feature alone turns the entropy on (docs/algorithms.md D9)
-    assert LossConfig.of(learner.config).upper_clip == "grad_preserve"  # AEPO's policy_loss default
+    assert LossConfig.of(learner.config).policy_loss == "ppo_clip_gradpreserve"  # AEPO's default
     seen = []
     original = learner.adjust_advantages
 

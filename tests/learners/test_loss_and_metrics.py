@@ -33,7 +33,7 @@ def _logprobs() -> torch.Tensor:
 
 def test_token_mean_ppo_clip_with_dual_clip():
     lp = _logprobs()
-    loss, metrics = loss_and_metrics(_inputs(), lp, LossConfig(dual_clip=3.0))
+    loss, metrics = loss_and_metrics(_inputs(), lp, LossConfig(clip_ratio_c=3.0))
     # ℓ per token: −A·r = −1.1; clipped −1.2; dual-clipped min(4, 3) = 3. Token mean over N_tok = 3.
     assert loss.item() == pytest.approx((-1.1 - 1.2 + 3.0) / 3)
     assert float(metrics["pg_loss"]) == pytest.approx(loss.item())
@@ -50,7 +50,7 @@ def test_token_mean_ppo_clip_with_dual_clip():
 
 
 def test_without_dual_clip_the_negative_advantage_is_unbounded():
-    loss, metrics = loss_and_metrics(_inputs(), _logprobs(), LossConfig(dual_clip=None))
+    loss, metrics = loss_and_metrics(_inputs(), _logprobs(), LossConfig(clip_ratio_c=None))
     assert loss.item() == pytest.approx((-1.1 - 1.2 + 4.0) / 3)
     assert float(metrics["pg_clipfrac_lower"]) == 0.0
 
@@ -107,16 +107,16 @@ def test_global_denominators_and_sequence_modes():
     assert loss.item() == pytest.approx((-1.1 - 1.2 + 3.0) / 9)
     assert float(metrics["pg_clipfrac"]) == pytest.approx(1 / 9)
     # seq-mean-token-mean: mean over B_S = 2 sequences of each sequence's token mean
-    loss, _ = loss_and_metrics(_inputs(), _logprobs(), LossConfig(agg="seq-mean-token-mean"))
+    loss, _ = loss_and_metrics(_inputs(), _logprobs(), LossConfig(loss_agg_mode="seq-mean-token-mean"))
     assert loss.item() == pytest.approx(((-1.1 - 1.2) / 2 + 3.0) / 2)
     # Dr. GRPO: Σ m·ℓ / (B_S · L_const)
-    loss, _ = loss_and_metrics(_inputs(), _logprobs(), LossConfig(agg="seq-mean-token-sum-norm", max_len=4))
+    loss, _ = loss_and_metrics(_inputs(), _logprobs(), LossConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_len=4))
     assert loss.item() == pytest.approx((-1.1 - 1.2 + 3.0) / (2 * 4))
 
 
 def test_gradient_preserving_upper_clip():
     lp = _logprobs()
-    loss, _ = loss_and_metrics(_inputs(), lp, LossConfig(upper_clip="grad_preserve"))
+    loss, _ = loss_and_metrics(_inputs(), lp, LossConfig(policy_loss="ppo_clip_gradpreserve"))
     loss.backward()
     # the clipped token (r = 1.5, A = 1) keeps the gradient −(1 + ε_h) (docs/algorithms.md §7.4)
     assert lp.grad[0].tolist() == pytest.approx([-1.1 / 3, -1.2 / 3, 0.0])
@@ -141,3 +141,17 @@ def test_pure_same_inputs_same_outputs():
     assert first[0].item() == second[0].item()
     assert {k: float(v) for k, v in first[1].items()} == {k: float(v) for k, v in second[1].items()}
     assert all(torch.equal(v, getattr(inputs, k)) for k, v in before.items())  # nothing written into
+
+
+def test_loss_config_reads_the_learner_fields_by_their_names():
+    from dataclasses import fields
+
+    from algorithms.core.learner_config import LearnerConfig
+
+    cfg = LearnerConfig(clip_ratio_low=0.1, clip_ratio_high=0.28, clip_ratio_c=None, policy_loss="ppo_clip_gradpreserve",
+                        loss_agg_mode="seq-mean-token-sum-norm", kl_coef=0.05, kl_estimator="k3", entropy_coeff=0.01,
+                        rollout_is="tis", rollout_is_threshold=4.0, max_response_tokens=96)  # fmt: skip
+    loss = LossConfig.of(cfg)
+    assert {f.name: getattr(loss, f.name) for f in fields(LossConfig)} == {
+        **{f.name: getattr(cfg, f.name) for f in fields(LossConfig)}, "loss_scale_len": 96}  # unset: the budget
+    assert LossConfig.of(LearnerConfig(loss_scale_len=64, max_response_tokens=96)).loss_scale_len == 64
