@@ -1,7 +1,8 @@
 """`agent-envs train` and `agent-envs sft`: the learners from the command line.
 
     agent-envs train --algo grpo --config configs/grpo_tiny.yaml total_steps=50 lr=1e-4
-    agent-envs train --algo dapo --config configs/dapo_tiny.yaml --resume auto
+    agent-envs train --algo dapo --config configs/dapo_tiny.yaml --resume   # continue the run in output_dir
+    agent-envs train --algo grpo --config configs/grpo_tiny.yaml --overwrite  # remove it, start afresh
     accelerate launch --config_file configs/accelerate/ddp.yaml -m agent_envs.cli train --algo grpo \\
         --config configs/grpo_qwen2.5_7b.yaml
     agent-envs sft --config configs/sft_tiny.yaml steps=300
@@ -39,19 +40,20 @@ def learner_class(algo: str) -> Any:
     module, _, cls = ALGORITHMS[algo].partition(":")
     try:
         return getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] != "algorithms":
             raise  # an extra that is not installed: the command's error line names it
         raise SystemExit(f"--algo {algo}: {ALGORITHMS[algo]} is not available ({exc})") from exc
+    except (ImportError, AttributeError) as exc:
         raise SystemExit(f"--algo {algo}: {ALGORITHMS[algo]} is not available ({exc})") from exc
 
 
 def _train(args: argparse.Namespace) -> int:
-    from agent_envs.base.config import build_config, format_help
+    from agent_envs.base.config import build_config, config_dict, format_help
     from agent_envs.envs import check_env_kwargs
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
     from algorithms.core.checkpoint import CheckpointError, resolve_resume
+    from algorithms.core.run_folder import claim_run_folder
 
     if args.help:
         print(args.parser.format_help())
@@ -69,11 +71,15 @@ def _train(args: argparse.Namespace) -> int:
         cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         _check_algo_in_file(args.config, args.algo)
         preflight_learner(cfg)
-        start = resolve_resume(args.resume_from or args.resume, cfg.output_dir)
+        resume = args.resume_from or args.resume
+        # before the model loads: a folder that holds another run costs a second, not a load
+        claim_run_folder(cfg.output_dir, "train", config={"algo": cls.name, **config_dict(cfg)},
+                         resume=bool(resume), overwrite=args.overwrite)
+        start = resolve_resume(resume, cfg.output_dir)
     except (*USER_ERRORS, CheckpointError) as exc:  # the message names the key, file and line
         raise SystemExit(f"train: {_mistake(exc)}") from exc
     try:
-        cls(cfg).train(resume=start)
+        cls(cfg).train(resume=start or args.resume)
     except CheckpointError as exc:  # a full disk: the message says which checkpoint is intact
         raise SystemExit(f"train: {exc}") from exc
     return 0
@@ -119,7 +125,7 @@ def _sft(args: argparse.Namespace) -> int:
         preflight_sft(cfg)
     except USER_ERRORS as exc:
         raise SystemExit(f"sft: {_mistake(exc)}") from exc
-    result = run_sft(cfg, preflight=False)
+    result = run_sft(cfg, preflight=False, resume=args.resume, overwrite=args.overwrite)
     print(json.dumps(result, indent=1))
     return 0
 
@@ -143,6 +149,9 @@ def add_cli(subparsers: Any) -> None:
         help="continue from the newest checkpoint of output_dir (starts fresh when there is none)",
     )
     p.add_argument("--resume-from", default=None, help="continue from this checkpoint or run directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="remove the run that output_dir holds, then start afresh (without it, or --resume, "
+                        "a folder that holds another run is refused)")
     p.add_argument("--env", default=None, help="env id: the same as the env=ID override (default: the preset's)")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_train, parser=p)
@@ -154,6 +163,11 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--config", default=None, type=find_preset,
                    help="YAML preset: a file, or a shipped preset's name (sft_tiny.yaml)")
     p.add_argument("--env", default=None, help="env id: the same as the env=ID override (default: the preset's)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in output_dir (same config): a finished one is kept, an unfinished "
+                        "one trains again from step 0 (SFT keeps no checkpoints)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="remove the run that output_dir holds, then start afresh")
     p.add_argument("overrides", nargs="*", help="key=value config overrides")
     p.set_defaults(func=_sft, parser=p)
 

@@ -44,7 +44,8 @@ from agent_envs.base.config import check_types, config_dict, option
 from agent_envs.data.jsonl import iter_json_objects
 from algorithms.base.preflight import check_env, check_model, check_output_dir
 from algorithms.core.model_setup import load_policy
-from algorithms.core.run_log import RunLogger
+from algorithms.core.run_folder import claim_run_folder
+from algorithms.core.run_log import RunLogger, read_metrics
 from algorithms.core.schedule import lr_factor
 from algorithms.core.threads import THREADS_HELP, Threads, apply_threads, choose_threads
 from algorithms.models.lora import LoRAConfig, save_merged
@@ -290,6 +291,16 @@ def evaluate_protocol(
     }
 
 
+def finished_steps(cfg: SFTConfig) -> int | None:
+    """`cfg.steps` when the run in `output_dir` logged its last step and saved its final model
+    (which is written after the last step); None otherwise."""
+    out = Path(cfg.output_dir)
+    if not (out / "final_model" / "config.json").is_file():
+        return None
+    steps = [row.get("step", 0) for row in read_metrics(out)]
+    return cfg.steps if steps and max(steps) >= cfg.steps else None
+
+
 def preflight_sft(cfg: SFTConfig) -> None:
     """Everything that can be checked without the model (config, model path, env and its data,
     the JSONL episodes, the output folder), so a typo costs a second, not a model load."""
@@ -306,10 +317,13 @@ def preflight_sft(cfg: SFTConfig) -> None:
     check_output_dir(cfg.output_dir)
 
 
-def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
+def run_sft(cfg: SFTConfig, *, preflight: bool = True, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Train, save `<output_dir>/final_model` (HF format), evaluate; return the results.
 
-    `preflight=False` skips `preflight_sft` for a caller that has just run it."""
+    An `output_dir` that holds another run is refused (algorithms/core/run_folder.py) unless
+    `overwrite` removes it or `resume` continues it: a finished run (its final model saved after
+    its last step) is kept as it is; an unfinished one trains again from step 0, since SFT keeps no
+    checkpoints. `preflight=False` skips `preflight_sft` for a caller that has just run it."""
     # One function, long on purpose: like the RL loop, SFT reads top to bottom (data, model,
     # steps, save, evaluation), and its parts share the accelerator and the run's log.
     import gymnasium as gym
@@ -318,6 +332,15 @@ def run_sft(cfg: SFTConfig, *, preflight: bool = True) -> dict[str, Any]:
 
     import agent_envs  # noqa: F401  (registers the ids)
 
+    if claim_run_folder(cfg.output_dir, "sft", config={"algo": "sft", **config_dict(cfg)}, resume=resume,
+                        overwrite=overwrite):
+        done = finished_steps(cfg)
+        if done is not None:
+            print(f"sft: --resume: the run in {cfg.output_dir} finished all {done} steps; its final model is kept",
+                  flush=True)
+            return {"model": str(Path(cfg.output_dir) / "final_model"), "resumed_at_step": done}
+        print(f"sft: --resume: the run in {cfg.output_dir} did not finish; SFT keeps no checkpoints, so it "
+              "trains again from step 0", flush=True)
     if preflight:
         preflight_sft(cfg)
     apply_threads(cfg.threads)
@@ -422,6 +445,7 @@ __all__ = [
     "check_sft_data",
     "episode_form",
     "evaluate_protocol",
+    "finished_steps",
     "gold_trace_examples",
     "jsonl_examples",
     "preflight_sft",

@@ -28,11 +28,20 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from agent_envs.base.config import add_flags, build_config, check_types, flag_values, option, require
+from agent_envs.base.config import (
+    add_flags,
+    build_config,
+    check_types,
+    field_help,
+    flag_values,
+    option,
+    require,
+)
 from algorithms.base.presets import presets_dir
 
 CONFIGS = presets_dir()  # the shipped presets: found in a checkout and in an installed package
-SAMPLES = 4  # samples per held-out task in the sampled evaluation
+SAMPLES = 4  # samples per held-out task in the sampled evaluation (evaluate.RUN_SAMPLES, the same)
+SETTINGS_FILE = "quickstart.json"  # what a quickstart folder's run was asked for: --resume must ask the same
 
 
 def preset(model: str, algo: str) -> tuple[Path, Path]:
@@ -67,17 +76,27 @@ def tool_use_by_difficulty(samples_file: Path, tasks: Any, indices: range) -> di
 
 
 def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, rl_steps: int | None = None,
-                   eval_tasks: int = 64, algo: str = "grpo", seed: int = 0, model: str = "tiny") -> dict[str, Any]:
+                   eval_tasks: int = 64, algo: str = "grpo", seed: int = 0, model: str = "tiny",
+                   resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Every stage into `out`, which must not hold another run unless `resume` continues it (a
+    finished SFT is kept, RL goes on from its newest checkpoint, the evaluations run again) or
+    `overwrite` removes it first."""
     import gymnasium as gym
 
     from agent_envs.base.config import build_config
     from algorithms.cli import learner_class
+    from algorithms.core.run_folder import claim_run_folder
     from algorithms.models.resolve import resolve_model
     from algorithms.sft import SFTConfig, run_sft
-    from baselines.evaluation.evaluate import EvalConfig, evaluate
+    from baselines.evaluation.evaluate import EvalConfig, evaluate_greedy_and_sampled
 
     root = Path(out)
+    settings = {"model": model, "sft_steps": sft_steps, "rl_steps": rl_steps, "eval_tasks": eval_tasks,
+                "algo": algo, "seed": seed}
+    claim_run_folder(root, "quickstart", config=settings, config_file=SETTINGS_FILE, resume=resume,
+                     overwrite=overwrite)
     root.mkdir(parents=True, exist_ok=True)
+    (root / SETTINGS_FILE).write_text(json.dumps(settings, indent=1))  # marks the folder as this run's
     timings: dict[str, float] = {}
 
     def stage(name: str) -> None:
@@ -105,27 +124,31 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     sampling = {"temperature": rl_cfg.temperature, "top_p": rl_cfg.top_p, "top_k": rl_cfg.top_k}
     sampled = f"T={rl_cfg.temperature:g}, top_p={rl_cfg.top_p:g}, top_k={rl_cfg.top_k}, {SAMPLES} samples"
 
-    def evaluation(name: str, model: Path, greedy: bool) -> dict:
-        folder = root / "eval" / name.split(" ")[0].lower() / ("greedy" if greedy else "sampled")
-        cfg = EvalConfig(env=rl_cfg.env, model=str(model), engine="hf", n=1 if greedy else SAMPLES, ks=(1,),
-                         limit=eval_tasks, first_task=first, max_response_tokens=rl_cfg.max_response_tokens,
-                         env_kwargs=rl_cfg.env_kwargs, out=str(folder), seed=seed,
-                         **({"temperature": 0.0} if greedy else sampling))
-        metrics = {**evaluate(cfg)["metrics"], **tool_use_by_difficulty(folder / "samples.jsonl", tasks, held_out)}
-        print(f"{name}: pass@1 {metrics['pass@1']:.3f}  tool use on hard tasks "
-              f"{metrics.get('hard_tool_rate', float('nan')):.2f}", flush=True)
-        return {"label": name, **metrics}
+    def evaluation(name: str, model: Path) -> list[dict]:
+        """Greedy and sampled rows of one model (`agent-envs evaluate RUN` runs the same code)."""
+        folder = root / "eval" / name.lower()
+        cfg = EvalConfig(env=rl_cfg.env, model=str(model), engine="hf", ks=(1,), limit=eval_tasks, first_task=first,
+                         max_response_tokens=rl_cfg.max_response_tokens, env_kwargs=rl_cfg.env_kwargs,
+                         out=str(folder), seed=seed, **sampling)
+        rows = []
+        for kind, summary in evaluate_greedy_and_sampled(cfg, SAMPLES).items():
+            label = f"{name} ({'greedy' if kind == 'greedy' else sampled})"
+            metrics = {**summary["metrics"], **tool_use_by_difficulty(folder / kind / "samples.jsonl", tasks, held_out)}
+            print(f"{label}: pass@1 {metrics['pass@1']:.3f}  tool use on hard tasks "
+                  f"{metrics.get('hard_tool_rate', float('nan')):.2f}", flush=True)
+            rows.append({"label": label, **metrics})
+        return rows
 
     stage("SFT")
-    sft = Path(run_sft(sft_cfg)["model"])
+    sft = Path(run_sft(sft_cfg, resume=resume)["model"])
     stage("SFT evaluation")
-    rows = [evaluation("SFT (greedy)", sft, True), evaluation(f"SFT ({sampled})", sft, False)]
+    rows = evaluation("SFT", sft)
     stage(algo.upper())
     rl_cfg = build_config(cls.config_class, rl_preset, [f"model={sft}", *rl_overrides])
-    cls(rl_cfg).train()
+    cls(rl_cfg).train(resume="auto" if resume else None)
     rl = root / algo / "final_model"
     stage(f"{algo.upper()} evaluation")
-    rows += [evaluation(f"{algo.upper()} (greedy)", rl, True), evaluation(f"{algo.upper()} ({sampled})", rl, False)]
+    rows += evaluation(algo.upper(), rl)
     timings["done"] = time.perf_counter()
     return write_report(root, rows, timings, algo, model, held_out, sampled, sampling)
 
@@ -172,6 +195,10 @@ class QuickstartConfig:
     eval_tasks: int = option(64, "held-out evaluation tasks: the env's last N")
     algo: Literal["grpo", "dapo", "arpo", "aepo"] = option("grpo", "the RL algorithm")
     seed: int = option(0, "seed of SFT and RL (the tasks stay the same)")
+    resume: bool = option(False, "continue the quickstart in --out (same settings): a finished SFT is kept, RL "
+                          "goes on from its newest checkpoint, the evaluations run again")
+    overwrite: bool = option(False, "remove the quickstart in --out first (without it, or --resume, a folder "
+                             "that holds another run is refused)")
 
     def validate(self) -> None:
         check_types(self)
@@ -185,7 +212,10 @@ _FLAGS = tuple(f.name for f in fields(QuickstartConfig))
 def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("quickstart", help="CPU quickstart: tiny model -> SFT -> RL -> evaluation",
                               epilog="every setting is also a key=value argument (rl_steps=4)")
-    add_flags(p, QuickstartConfig, _FLAGS)
+    add_flags(p, QuickstartConfig, [f for f in _FLAGS if f not in ("resume", "overwrite")])
+    for name in ("resume", "overwrite"):  # bare flags, as in train and sft
+        p.add_argument(f"--{name}", action="store_const", const="true", default=None,
+                       help=field_help(QuickstartConfig, name))
     p.add_argument("overrides", nargs="*", metavar="key=value", help="the same settings as key=value")
     p.set_defaults(func=_run)
 
@@ -193,5 +223,6 @@ def add_cli(subparsers: Any) -> None:
 def _run(args: Any) -> int:
     cfg = build_config(QuickstartConfig, None, args.overrides, given=flag_values(args, _FLAGS, QuickstartConfig))
     out = cfg.out or ("runs/quickstart" if cfg.model == "tiny" else f"runs/quickstart-{cfg.model}")
-    run_quickstart(out, cfg.sft_steps, cfg.rl_steps, cfg.eval_tasks, cfg.algo, cfg.seed, cfg.model)
+    run_quickstart(out, cfg.sft_steps, cfg.rl_steps, cfg.eval_tasks, cfg.algo, cfg.seed, cfg.model,
+                   resume=cfg.resume, overwrite=cfg.overwrite)
     return 0

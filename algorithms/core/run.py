@@ -22,13 +22,17 @@ from algorithms.core.async_rollout import AsyncRollout
 from algorithms.core.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from algorithms.core.evaluation import evaluate
 from algorithms.core.model_setup import export_policy
+from algorithms.core.run_folder import claim_run_folder
 from algorithms.core.run_log import RunLogger
 
 
-def run_training(learner: Any, resume: str | os.PathLike | bool | None = None) -> list[dict[str, float]]:
+def run_training(learner: Any, resume: str | os.PathLike | bool | None = None,
+                 overwrite: bool = False) -> list[dict[str, float]]:
     """Run `learner` until its config's `total_steps`; returns the logged metrics of the steps run
-    here (collective: every rank calls it)."""
+    here (collective: every rank calls it). An `output_dir` that holds another run is refused unless
+    `resume` continues it (with the same config) or `overwrite` removes it (run_folder.py)."""
     cfg, acc = learner.config, learner.accelerator
+    claim_run_folder(learner.run_dir, "train", config=run_config(learner), resume=bool(resume), overwrite=overwrite)
     start = resolve_resume(resume, learner.run_dir)
     if start is not None:
         state = load_checkpoint(acc, start)
@@ -37,7 +41,7 @@ def run_training(learner: Any, resume: str | os.PathLike | bool | None = None) -
         learner.sync_engine()
     learner.logger = RunLogger(
         learner.run_dir,
-        config={"algo": learner.name, **config_dict(cfg), "world_size": learner.world},
+        config={**run_config(learner), "world_size": learner.world},
         total_steps=cfg.total_steps,
         enabled=acc.is_main_process,
         tensorboard=cfg.tensorboard,
@@ -54,6 +58,12 @@ def run_training(learner: Any, resume: str | os.PathLike | bool | None = None) -
         print(f"[{learner.name}] resolved config:\n{resolved}", flush=True)
         if start is not None:
             print(f"[{learner.name}] resumed from {start} at step {learner.step}", flush=True)
+            if learner.step >= cfg.total_steps:
+                print(f"[{learner.name}] the run is at step {learner.step} of total_steps={cfg.total_steps}: "
+                      "nothing left to train (raise total_steps to train on)", flush=True)
+        elif resume:
+            print(f"[{learner.name}] no checkpoint in {learner.run_dir} to resume from: starting at step 0",
+                  flush=True)
     history = []
     try:
         if cfg.eval_every and start is None:
@@ -87,6 +97,11 @@ def run_training(learner: Any, resume: str | os.PathLike | bool | None = None) -
     return history
 
 
+def run_config(learner: Any) -> dict[str, Any]:
+    """What `config.json` records and a resumed run must match: the algorithm and its resolved config."""
+    return {"algo": learner.name, **config_dict(learner.config)}
+
+
 def validate(learner: Any) -> dict[str, float]:
     """Greedy episodes on the learner's held-out tasks (algorithms/core/evaluation.py)."""
     return evaluate(
@@ -111,4 +126,4 @@ def save(learner: Any) -> Path:
     )
 
 
-__all__ = ["run_training", "save", "validate"]
+__all__ = ["run_config", "run_training", "save", "validate"]

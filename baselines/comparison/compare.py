@@ -3,7 +3,8 @@
     agent-envs compare --algos grpo,dapo,arpo,aepo --seeds 0,1,2 --out runs/compare \\
         model=runs/quickstart/sft/final_model total_steps=100
     agent-envs compare --report-only runs/compare        # rebuild table and plots, no training
-    agent-envs compare ... --resume true # after a stop: finished runs are kept, the others resume
+    agent-envs compare ... --resume      # after a stop: finished runs are kept, the others resume
+    agent-envs compare ... --overwrite   # remove the comparison in --out, then start afresh
 
 Each (algorithm, seed) trains from `--config` (default `configs/{algo}_tiny.yaml`; `{algo}` is
 filled in) with the shared `key=value` overrides plus `seed`, `output_dir`, `threads` and
@@ -16,11 +17,15 @@ Runs go to `--jobs` worker processes at once (default: one per core, at most one
 worker gets cores / jobs torch threads so that parallel runs do not oversubscribe the CPU, and
 writes its output to `<out>/<algo>-<seed>/log.txt`.
 
-`--resume` carries a comparison across stops (a long one on a small machine takes days): runs
-that wrote their `result.json` are kept as they are, and every other run continues from its
-newest checkpoint (`save_every` sets how often a run writes one; resumption is exact), or starts
-if it has none. A resumed run's `train_s` is the sum of its steps' times (`time_step_s`, model
-loading left out), since the call that finished it trained only the last steps.
+`--out` must not hold another comparison (algorithms/core/run_folder.py): `--overwrite` removes
+it first, and `--resume` carries a comparison across stops (a long one on a small machine takes
+days): runs that wrote their `result.json` are kept as they are, and every other run continues
+from its newest checkpoint (`save_every` sets how often a run writes one; resumption is exact), or
+starts if it has none. A resume must ask for what the folder's comparison asked (preset, held-out
+tasks, samples, and each run's learner settings; `total_steps` may grow), or it names the keys
+that differ and stops; algorithms and seeds may be added. A resumed run's `train_s` is the sum of
+its steps' times (`time_step_s`, model loading left out), since the call that finished it trained
+only the last steps.
 
 Written to `--out`: `compare.json` (what was asked), `<algo>-<seed>/result.json` (the raw numbers
 of one run, curves included), and from those `results.md`, `results.json` and `results.png`
@@ -46,6 +51,8 @@ from agent_envs.base.config import (
     add_flags,
     build_config,
     check_types,
+    config_dict,
+    field_help,
     flag_values,
     option,
     require,
@@ -141,12 +148,13 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
 
     from algorithms.cli import learner_class
     from algorithms.core.run_log import read_metrics
-    from baselines.evaluation.evaluate import EvalConfig, evaluate, make_engine
+    from baselines.evaluation.evaluate import EvalConfig, evaluate_greedy_and_sampled, make_engine
 
     run_dir = Path(spec.run_dir)
     if spec.resume and (run_dir / RUN_RESULT).is_file():
+        print(f"compare: {spec.algo} seed {spec.seed}: finished ({run_dir / RUN_RESULT}): kept", flush=True)
         return json.loads((run_dir / RUN_RESULT).read_text())
-    (run_dir / RUN_RESULT).unlink(missing_ok=True)  # a failed rerun must not leave an old result behind
+    (run_dir / RUN_RESULT).unlink(missing_ok=True)  # a resumed run must not leave its old result behind
     cls = learner_class(spec.algo)
     cfg = spec_config(spec)
     t0 = time.perf_counter()
@@ -166,11 +174,13 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     limit = min(spec.eval_tasks, n_tasks)
     model = str(run_dir / "final_model")
     engine = make_engine("hf", model, seed=spec.seed)
-    common = dict(env=cfg.env, model=model, engine="hf", ks=(1,), limit=limit, first_task=n_tasks - limit,
-                  max_response_tokens=cfg.max_response_tokens, env_kwargs=dict(cfg.env_kwargs), seed=spec.seed)
-    greedy = evaluate(EvalConfig(**common, n=1, temperature=0.0, out=str(run_dir / "eval_greedy")), engine)
-    sampled = evaluate(EvalConfig(**common, n=spec.eval_samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                                  top_k=cfg.top_k, out=str(run_dir / "eval_sampled")), engine)
+    # the code path of the quickstart and of `agent-envs evaluate RUN`
+    both = evaluate_greedy_and_sampled(
+        EvalConfig(env=cfg.env, model=model, engine="hf", limit=limit, first_task=n_tasks - limit,
+                   max_response_tokens=cfg.max_response_tokens, env_kwargs=dict(cfg.env_kwargs), seed=spec.seed,
+                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k),
+        spec.eval_samples, engine, folders=(str(run_dir / "eval_greedy"), str(run_dir / "eval_sampled")))
+    greedy, sampled = both["greedy"], both["sampled"]
     eval_s = time.perf_counter() - t0
 
     s = sampled["metrics"]
@@ -234,6 +244,9 @@ def _worker_start(threads: int, parent: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from agent_envs.envs import load_plugins
+
+    load_plugins()  # the env ids of installed packages and of --import, as in the parent
 
 
 def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
@@ -243,9 +256,6 @@ def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
         log = open(run_dir / "log.txt", "a" if spec.resume else "w")  # noqa: SIM115  (open for the process's life)
         sys.stdout.flush()
         sys.stderr.flush()
-    from agent_envs.envs import load_plugins
-
-    load_plugins()  # the env ids of installed packages and of --import, as in the parent
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     return run_one(spec)
@@ -253,12 +263,19 @@ def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
 
 def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overrides: list[str],
                 eval_tasks: int = 64, eval_samples: int = 4, jobs: int | None = None,
-                resume: bool = False) -> dict[str, Any]:
-    """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report."""
+                resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report. `out`
+    must not hold another comparison unless `resume` continues it (with the same preset, held-out
+    tasks and, run by run, the same learner config) or `overwrite` removes it first."""
+    from algorithms.core.run_folder import claim_run_folder
+
     if not algos or not seeds:
         raise ValueError("compare: --algos and --seeds each need at least one entry")
     check_eval_episodes(overrides, eval_tasks)
     root = Path(out)
+    # the runs set (algos, seeds) may grow on resume; what every run is scored on may not change
+    claim_run_folder(root, "compare", config={"config": config, "eval_tasks": eval_tasks, "eval_samples": eval_samples},
+                     config_file=MANIFEST, resume=resume, overwrite=overwrite)
     root.mkdir(parents=True, exist_ok=True)
     # seed-major: with fewer jobs than runs, every algorithm's first seed ends first, so a comparison
     # stopped (or still running) after some runs already has paired runs to compare
@@ -269,6 +286,10 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     # a bad key, preset or data file of the last run must not surface after the first runs trained
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
 
+    if resume:  # every run's learner config against its folder's, before the first one trains on
+        for spec in specs:
+            claim_run_folder(spec.run_dir, "compare", config={"algo": spec.algo, **config_dict(spec_config(spec))},
+                             resume=True)
     checked, warned = set(), set()
     for spec in specs:
         try:
@@ -330,8 +351,10 @@ class CompareConfig:
     eval_samples: int = option(4, "samples per task at the run's training sampling setup")
     jobs: int | None = option(None, f"runs at once (null: one per core, {available_cores()} here)")
     report_only: str | None = option(None, "rebuild the table and plots of this existing --out folder; train nothing")
-    resume: bool = option(False, "keep the runs of --out that finished; the others resume from their newest "
-                          "checkpoint (save_every)")
+    resume: bool = option(False, "continue the comparison in --out (same preset, tasks and learner settings): "
+                          "its finished runs are kept, the others resume from their newest checkpoint (save_every)")
+    overwrite: bool = option(False, "remove the comparison in --out first (without it, or --resume, a folder "
+                             "that holds another run is refused)")
 
     def validate(self) -> None:
         from algorithms.cli import ALGORITHMS
@@ -356,12 +379,20 @@ def add_cli(subparsers: Any) -> None:
         epilog="key=value arguments are learner settings applied to every run (env=AgentMath-v0, "
                "total_steps=100, env_kwargs.max_tool_calls=2); `agent-envs train --algo grpo --help` lists them.",
     )
-    add_flags(p, CompareConfig, _FLAGS, metavars={"report_only": "DIR"})
+    add_flags(p, CompareConfig, [f for f in _FLAGS if f not in ("resume", "overwrite")], metavars={"report_only": "DIR"})
+    # bare flags, as in train and sft; `--resume true` (and false) as before
+    p.add_argument("--resume", nargs="?", const="true", default=None, metavar="true",
+                   help=field_help(CompareConfig, "resume"))
+    p.add_argument("--overwrite", action="store_const", const="true", default=None,
+                   help=field_help(CompareConfig, "overwrite"))
     p.add_argument("overrides", nargs="*", metavar="key=value", help="learner overrides applied to every run")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.resume is not None and "=" in args.resume:  # a bare --resume before the overrides took one
+        args.overrides.insert(0, args.resume)
+        args.resume = "true"
     cfg = build_config(CompareConfig, None, given=flag_values(args, _FLAGS, CompareConfig))
     if cfg.report_only:
         folder = Path(cfg.report_only)
@@ -372,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
         print((folder / "results.md").read_text())
         return 0
     run_compare(list(cfg.algos), list(cfg.seeds), cfg.out, cfg.config, args.overrides, cfg.eval_tasks,
-                cfg.eval_samples, cfg.jobs, cfg.resume)
+                cfg.eval_samples, cfg.jobs, cfg.resume, cfg.overwrite)
     return 0
 
 

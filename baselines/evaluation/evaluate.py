@@ -1,5 +1,6 @@
 """Evaluate a model on an env: n samples per task, pass@1 / pass@k and every reward component.
 
+    agent-envs evaluate runs/quickstart         # its RL run: greedy and sampled, as the quickstart showed
     agent-envs evaluate --model runs/quickstart/grpo/final_model --n 4 --k 1,4   # the run's env and sampling
     agent-envs evaluate --env AgentMath-v0 --model tiny --engine hf --limit 8 env_kwargs.max_tool_calls=1
     agent-envs evaluate --env AgentQA-HotpotQA-v0 --engine openai --base-url http://127.0.0.1:8000/v1 \\
@@ -17,9 +18,13 @@ pass@1 is the mean over the n samples of each task; pass@k uses the unbiased est
 `correct` is math equivalence for math tasks and exact match otherwise; `f1` is reported beside it,
 and `answer_in_response` (a golden answer anywhere in the response, as whole normalised words: a
 lenient upper bound for zero-shot baselines that never write the answer format).
-Given a run's model folder, the run's env, env_kwargs and sampling are used, and tasks default to
-held-out ones: the run's last `eval_episodes` tasks, which its training never drew (`plan.py` says
-which and why); the choice is printed before the run starts.
+Given a run (its folder, its final_model folder, or the quickstart's folder, which names its RL
+run), the run's env, env_kwargs, sampling and engine are used, and tasks default to held-out ones:
+the run's last `eval_episodes` tasks, which its training never drew (`plan.py` says which and why);
+the choice is printed before the run starts. With no sampling setting on the command line, a run
+is scored twice, greedily and with `RUN_SAMPLES` samples per task at its own sampling setup, by
+`evaluate_greedy_and_sampled`: the code path of the quickstart and `compare`, so the figures match
+theirs for the same seed and engine. vLLM's log lines are hidden unless `--verbose`.
 
 `--record DIR` also keeps every tool result (`tools.jsonl`) and judge verdict (`judge.jsonl`) with
 the seeds; `--replay DIR` re-runs that evaluation with those answers instead of the tools and the
@@ -57,10 +62,12 @@ from agent_envs.envs import check_env_kwargs
 from agent_envs.rewards.qa import answer_in_text
 from algorithms.base.preflight import check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize
-from baselines.evaluation.plan import DEFAULT_SAMPLING, SAMPLING_KEYS, held_out_range, run_settings
+from baselines.evaluation.plan import DEFAULT_SAMPLING, SAMPLING_KEYS, held_out_range, run_model, run_settings
 from baselines.prompting import BASELINES, apply_baseline
 
 Engine = Literal["vllm", "hf", "openai", "openai-chat"]
+# episodes per task of a run's sampled evaluation (the quickstart's, compare's, `evaluate RUN`'s)
+RUN_SAMPLES = 4
 Baseline = Literal[BASELINES]
 Health = Literal["warn", "fatal", "off"]
 
@@ -73,8 +80,9 @@ class EvalConfig:
     env: str | None = option(None, "env id (null: the run's env when --model is a run's final_model)")
     model: str | None = option(None, "a run's final_model folder (its env, env_kwargs and sampling are "
                                "used), a checkpoint folder, tiny, a hub id, or a served model name (openai)")
-    engine: Engine = option("vllm", "vllm (in-process), hf (transformers, CPU), openai (a completions server: "
-                            "--base-url) or openai-chat (a chat-only endpoint such as a hosted model: --base-url)")
+    engine: Engine | None = option(None, "vllm (in-process), hf (transformers, CPU), openai (a completions "
+                                   "server: --base-url) or openai-chat (a chat-only endpoint such as a hosted "
+                                   "model: --base-url); null: the run's engine (hf for an SFT run), else vllm")
     base_url: str | None = option(None, "OpenAI-compatible server of engine=openai (.../v1)")
     tokenizer: str | None = option(None, "tokenizer folder or hub id (null: the model's)")
     n: int = option(1, "samples per task")
@@ -96,6 +104,7 @@ class EvalConfig:
     judge_url: str | None = option(None, "OpenAI-compatible judge for judge-graded tasks (or AGENT_ENVS_JUDGE_URL)")
     judge_model: str | None = option(None, "the judge's model name")
     health: Health = option("warn", "rollout health checks: warn, fatal or off (docs/diagnostics.md)")
+    verbose: bool = option(False, "show the engine's own log lines (vLLM's), hidden by default")
 
     def validate(self) -> None:
         check_types(self)
@@ -123,8 +132,13 @@ def resolve(cfg: EvalConfig, engine: Any = None) -> tuple[EvalConfig, Any, list[
     without a tokenizer, its data checked) and the lines saying what is used and why."""
     if not cfg.model:
         raise UserError("evaluate needs --model: a run's final_model folder, a checkpoint, tiny, or a served model")
+    if cfg.engine is None or not cfg.engine.startswith("openai"):  # a served model's name is no folder
+        cfg = dataclasses.replace(cfg, model=run_model(cfg.model))
     run, run_from = run_settings(cfg.model)
     sources: dict[str, str] = {}
+    if cfg.engine is None:
+        engine_kind, sources["engine"] = run.get("engine", "vllm"), run_from.get("engine", "default")
+        cfg = dataclasses.replace(cfg, engine=engine_kind)
     env = cfg.env or run.get("env")
     if env is None:
         raise UserError(f"evaluate needs --env: {cfg.model} is not a run's model (no config.json of a run beside "
@@ -162,7 +176,7 @@ def resolve(cfg: EvalConfig, engine: Any = None) -> tuple[EvalConfig, Any, list[
     lines = [f"env {env} ({sources['env']})",
              f"env_kwargs {json.dumps(env_kwargs, default=str)} ({sources['env_kwargs']})",
              f"tasks {first}-{first + count - 1}: {why}",
-             f"sampling {show}; n={cfg.n}, seed={cfg.seed}"]
+             f"sampling {show}; n={cfg.n}, seed={cfg.seed}; engine {cfg.engine} ({sources.get('engine', 'command line')})"]
     return resolved, probe, lines
 
 
@@ -182,13 +196,33 @@ def model_folder(model: str) -> str:
 
 
 def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url: str | None = None,
-                seed: int = 0, max_model_len: int = 4096) -> Any:
-    """A rollout engine for evaluation (`algorithms.rollout.engines`, the one factory)."""
+                seed: int = 0, max_model_len: int = 4096, verbose: bool = False) -> Any:
+    """A rollout engine for evaluation (`algorithms.rollout.engines`, the one factory); vLLM's own
+    log lines (its config dump, load times) are hidden unless `verbose`."""
     from algorithms.rollout.engines import make_engine as build
 
     if kind.startswith("openai") and tokenizer is None and kind != "openai-chat":
         tokenizer = str(model)
+    if kind == "vllm" and not verbose:
+        quiet_vllm()
     return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
+
+
+def quiet_vllm() -> None:
+    """Warnings and errors only from vLLM's loggers: its level is read from the environment when it
+    is first imported, and set on its logger for an import that came earlier."""
+    import logging
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
+
+
+def load_engine(cfg: EvalConfig) -> Any:
+    """The engine of a resolved config: its model loaded (a named model built first)."""
+    model = cfg.model if cfg.engine.startswith("openai") else model_folder(cfg.model)
+    print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
+    return make_engine(cfg.engine, model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed,
+                       verbose=cfg.verbose)
 
 
 def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
@@ -197,9 +231,9 @@ def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:
     tokenizer."""
     cfg.validate()
     probe = check_env(cfg.env, cfg.env_kwargs, key="--env")
-    if engine is None and not cfg.engine.startswith("openai"):  # a served model's name is not a path
+    if engine is None and not (cfg.engine or "").startswith("openai"):  # a served model's name is not a path
         check_model(cfg.model, key="--model")
-        check_engine(cfg.engine, key="--engine")
+        check_engine(cfg.engine or "vllm", key="--engine")
     return probe
 
 
@@ -208,7 +242,23 @@ def evaluate(cfg: EvalConfig, engine: Any = None) -> dict[str, Any]:
     return _evaluate(cfg, engine, replay_from=None)[0]
 
 
-def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def evaluate_greedy_and_sampled(cfg: EvalConfig, samples: int = RUN_SAMPLES, engine: Any = None,
+                                folders: tuple[str | None, str | None] | None = None) -> dict[str, dict[str, Any]]:
+    """How a run is reported, by the quickstart, `compare` and `agent-envs evaluate RUN` alike: on
+    the same tasks and with one engine, greedily (one episode per task), then `samples` episodes
+    per task at `cfg`'s sampling setup (null settings: the run's own, the policy it trained).
+    Summaries go to `folders` (greedy, sampled), by default `<cfg.out>/greedy` and `<cfg.out>/sampled`."""
+    if folders is None:
+        folders = (None, None) if cfg.out is None else (str(Path(cfg.out) / "greedy"), str(Path(cfg.out) / "sampled"))
+    greedy = dataclasses.replace(cfg, n=1, ks=(1,), temperature=0.0, top_p=None, top_k=None, out=folders[0])
+    sampled = dataclasses.replace(cfg, n=samples, ks=(1,), out=folders[1])
+    greedy_summary, _, engine = _evaluate(greedy, engine, replay_from=None)  # loads the engine when none is given
+    return {"greedy": greedy_summary, "sampled": evaluate(sampled, engine)}
+
+
+def _evaluate(cfg: EvalConfig, engine: Any,
+              replay_from: Path | None) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
+    """The summary, the samples, and the engine used (loaded here when `engine` is None)."""
     from agent_envs.tools.recording import ToolRecording
     from algorithms.rollout.health import HealthChecker, RecordedEngine
 
@@ -217,9 +267,8 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
     for line in plan:  # what is evaluated and where each setting came from, before the long part
         print(f"evaluate: {line}", flush=True)
     if engine is None:
-        model = cfg.model if cfg.engine.startswith("openai") else model_folder(cfg.model)
-        print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
-        engine = make_engine(cfg.engine, model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed)
+        engine = load_engine(cfg)
+    loaded = engine
     health = HealthChecker(mode="off")
     if cfg.health != "off":
         engine = RecordedEngine(engine)
@@ -256,7 +305,7 @@ def _evaluate(cfg: EvalConfig, engine: Any, replay_from: Path | None) -> tuple[d
         summary["tool_recording"] = recording.stats()
     for where in {cfg.out, cfg.record} - {None}:
         _write(Path(where), samples, trajectories, summary)
-    return summary, samples
+    return summary, samples, loaded
 
 
 def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recording: Any, judge: Any,
@@ -358,7 +407,7 @@ def replay(folder: str | Path, engine: Any = None, **overrides: Any) -> dict[str
     recorded, old_samples = _read_recording(folder)
     fields = {**recorded["config"], "record": None, "out": None, **overrides}
     cfg = from_mapping(EvalConfig, fields, f"{folder / 'summary.json'}: config")
-    summary, replayed = _evaluate(cfg, engine, replay_from=folder)
+    summary, replayed, _ = _evaluate(cfg, engine, replay_from=folder)
     differences = {k: (v, summary["metrics"].get(k)) for k, v in recorded["metrics"].items()
                    if summary["metrics"].get(k) != v}
     replayed = json.loads(json.dumps(replayed, default=str))  # compare as the recording stored them
@@ -411,9 +460,11 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "evaluate", help="evaluate a model on an env (pass@k, reward components)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Evaluate a model. Given a run's final_model folder, the run's env, env_kwargs and "
-                    "sampling are used unless set here; tasks default to held-out ones (the env's last "
-                    "--limit). What is used, and from where, is printed before the run starts.",
+        description="Evaluate a model. Given a run (its folder or its final_model folder), the run's env, "
+                    "env_kwargs, sampling and engine are used unless set here, and tasks default to its "
+                    "held-out ones; with no sampling setting (n, ks, temperature, top_p, top_k) it is scored "
+                    f"greedily and at its sampling setup with {RUN_SAMPLES} samples per task, as the quickstart "
+                    "and compare report it. What is used, and from where, is printed before the run starts.",
         epilog="Every setting is also a key=value argument (n=4, env_kwargs.world.difficulty=2) and a "
                "key in --config; the env is --env (or env=ID) everywhere.",
     )
@@ -422,7 +473,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--config", default=None, help="YAML file of config keys (key: value)")
     p.add_argument("--replay", metavar="DIR", help="re-run the evaluation recorded in DIR offline and "
                    "compare (exit status 1 when it does not reproduce)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, dotted keys reach in")
+    p.add_argument("overrides", nargs="*", metavar="[RUN] key=value",
+                   help="a run folder (the same as --model RUN), then config overrides; dotted keys reach in")
     p.set_defaults(func=_run)
 
 
@@ -437,9 +489,39 @@ def _run(args: argparse.Namespace) -> int:
               f"NOT reproduced: {len(rep['metric_differences'])} metrics and {rep['samples_changed']} "
               f"samples differ (first: sample {rep['first_changed_sample']})") + f"; tool calls {rep['tools']}")
         return 0 if rep["reproduced"] else 1
-    cfg = build_config(EvalConfig, args.config, args.overrides, given=given)
+    overrides = [item for item in args.overrides if "=" in item]
+    runs = [item for item in args.overrides if "=" not in item]
+    if len(runs) > 1 or (runs and "model" in given):
+        named = runs + ([f"--model {given['model']}"] if "model" in given else [])
+        raise UserError(f"evaluate takes one model or run folder, got {', '.join(named)}; other settings are "
+                        "key=value")
+    if runs:
+        given["model"] = runs[0]
+    cfg = build_config(EvalConfig, args.config, overrides, given=given)
+    if cfg.model and run_settings(run_model(cfg.model))[0] and not _sampling_named(given, overrides, args.config):
+        # a run's model with no sampling settings: the two numbers its quickstart or compare showed
+        results = evaluate_greedy_and_sampled(cfg)
+        for kind, summary in results.items():
+            params = summary["sampling"]
+            setup = ("T=0, 1 sample per task" if kind == "greedy" else
+                     f"T={params['temperature']:g}, top_p={params['top_p']:g}, top_k={params['top_k']}, "
+                     f"{summary['config']['n']} samples per task")
+            print(f"\n{kind} ({setup}):")
+            _print_metrics(summary)
+        print("\n" + "  ".join(f"{kind} pass@1 {r['metrics']['pass@1']:.3f}" for kind, r in results.items()))
+        return 0
     _print_metrics(evaluate(cfg))
     return 0
+
+
+def _sampling_named(given: dict[str, Any], overrides: list[str], config: str | None) -> bool:
+    """Whether the command line or --config set how many samples to draw or how (or asks to record
+    or repeat, which apply to one evaluation)."""
+    from agent_envs.base.config import load_preset
+
+    keys = set(given) | {item.partition("=")[0].strip() for item in overrides}
+    keys |= set(load_preset(config)) if config else set()
+    return bool(keys & {"n", "ks", "temperature", "top_p", "top_k", "record", "repeats"})
 
 
 def _print_metrics(summary: dict[str, Any]) -> None:

@@ -57,6 +57,43 @@ def _is_run_config(path: Path) -> bool:
     return isinstance(data, dict) and "algo" in data and "env" in data
 
 
+def run_model(model: str) -> str:
+    """The model folder that `model` names: itself, or when it is a run's folder the run's final
+    model, `<run>/final_model`; a folder of runs (the quickstart's) names its one RL run's model.
+
+        >>> import pathlib, tempfile
+        >>> qs = pathlib.Path(tempfile.mkdtemp())
+        >>> for name, algo in (("sft", "sft"), ("grpo", "grpo")):
+        ...     (qs / name / "final_model").mkdir(parents=True)
+        ...     _ = (qs / name / RUN_CONFIG).write_text(json.dumps({"algo": algo, "env": "AgentMath-v0"}))
+        >>> run_model(str(qs)) == str(qs / "grpo" / "final_model")
+        True
+        >>> run_model("tiny")
+        'tiny'
+    """
+    path = Path(model).expanduser()
+    if not path.is_dir() or _is_model_folder(path):
+        return model
+    if (path / "final_model").is_dir():
+        return str(path / "final_model")
+    runs = {}  # run folder -> its algorithm, for the runs inside `path` that saved a final model
+    for sub in sorted(p for p in path.iterdir() if (p / "final_model").is_dir() and _is_run_config(p / RUN_CONFIG)):
+        runs[sub] = json.loads((sub / RUN_CONFIG).read_text())["algo"]
+    rl = [sub for sub, algo in runs.items() if algo != "sft"] or list(runs)
+    if len(rl) == 1:
+        return str(rl[0] / "final_model")
+    if not rl:
+        raise UserError(f"{model}: no final_model of a run in it (a run writes <output_dir>/final_model when it "
+                        "ends); give a model folder, or finish the run with --resume")
+    names = ", ".join(p.name for p in rl)
+    raise UserError(f"{model} holds {len(rl)} runs ({names}); name one, e.g. {rl[0]}")
+
+
+def _is_model_folder(path: Path) -> bool:
+    """A Hugging Face checkpoint: config.json that is not a run's."""
+    return (path / RUN_CONFIG).is_file() and not _is_run_config(path / RUN_CONFIG)
+
+
 def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     """(settings, source of each) that the run behind `model` fixes: env, env_kwargs, sampling,
     and `eval_episodes`, the count of the env's last tasks it held out of training.
@@ -77,6 +114,8 @@ def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
             settings[key] = data[key]
     if "max_response_tokens" not in settings and "eval_max_response_tokens" in data:
         settings["max_response_tokens"] = data["eval_max_response_tokens"]  # SFT
+    # the engine the run sampled with (a served one's model loads in-process); SFT's evaluation is hf
+    settings["engine"] = {"hf": "hf", "vllm": "vllm", "vllm-server": "vllm"}.get(data.get("engine", "hf"), "hf")
     held_out = data.get("eval_episodes")
     if held_out is not None:
         if not isinstance(held_out, int) or isinstance(held_out, bool) or held_out < 0:
@@ -143,5 +182,5 @@ def sft_overlap(run: dict[str, Any], num_tasks: int, first_eval: int) -> str | N
             f"lower its num_examples to {first_eval}")
 
 
-__all__ = ["DEFAULT_SAMPLING", "RUN_CONFIG", "SAMPLING_KEYS", "find_run_config", "held_out_range", "run_settings",
-           "sft_overlap"]
+__all__ = ["DEFAULT_SAMPLING", "RUN_CONFIG", "SAMPLING_KEYS", "find_run_config", "held_out_range", "run_model",
+           "run_settings", "sft_overlap"]

@@ -74,8 +74,10 @@ def test_a_runs_model_is_evaluated_with_the_runs_env_and_sampling_on_held_out_ta
     from agent_envs.cli import main
 
     out = tmp_path / "eval"
+    # --n 1: one evaluation at the run's sampling (with no sampling setting, greedy and sampled:
+    # tests/baselines/test_evaluate_run.py)
     assert main(["evaluate", "--model", str(tiny_run / "final_model"), "--engine", "hf", "--limit", "2",
-                 "--health", "off", "--out", str(out)]) == 0
+                 "--health", "off", "--out", str(out), "--n", "1"]) == 0
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("evaluate: ")]
     where = f"run {tiny_run / 'config.json'}"
     assert printed[0] == f"evaluate: env AgentMath-v0 ({where})"

@@ -27,7 +27,7 @@ def agent_envs(*argv: str) -> subprocess.CompletedProcess:
                   "  env_kwargs (dict, default {})", "--env ENV"], marks=pytest.mark.slow),
     (["evaluate", "--help"], ["--temperature FLOAT", "(float | null, default null)", "--n INT",
                               "samples per task (int, default 1)", "--limit INT", "(int | null, default 100)",
-                              "--engine {vllm,hf,openai,openai-chat}", "default vllm)", "the env is --env (or env=ID)"]),
+                              "--engine {vllm,hf,openai,openai-chat}", "null: the run's engine (hf for an SFT run), else vllm", "the env is --env (or env=ID)"]),
     (["play", "--help"], ["--seed INT", "(int, default 0)", "--env ENV", "play ENV",
                           "    world.difficulty (int, default 1): 1: one operation",
                           "    max_tool_calls (int, default 3)"]),
