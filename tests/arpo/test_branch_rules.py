@@ -264,14 +264,18 @@ def test_cli_train_with_each_rule(rule, tiny_model_path, tmp_path):
     assert all(tr["parent"] is None or tr["parent"] in ids for tr in view["trajectories"])
 
 
-def test_cli_names_the_new_key_for_the_old_spelling(tiny_model_path, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "agent_envs.cli", "train", "--algo", "arpo",
-           "--config", str(REPO / "configs" / "arpo_tiny.yaml"), "tree.branch_rule=reference",
-           f"model={tiny_model_path}", f"output_dir={tmp_path}"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "'tree.branch_rule: reference' is now 'tree.entropy_formula: reference'" in proc.stderr
+def test_the_old_spelling_names_the_new_key(tmp_path):
+    # what `agent-envs train ... tree.branch_rule=reference` and a preset's `branch_rule: reference` see
+    from agent_envs.base.config import build_config
+    from algorithms.arpo import ARPOConfig
+
+    want = "'tree.branch_rule: reference' is now 'tree.entropy_formula: reference'"
+    with pytest.raises(ValueError, match=want):
+        build_config(ARPOConfig, None, ["tree.branch_rule=reference"])
+    preset = tmp_path / "old.yaml"
+    preset.write_text("tree:\n  branch_rule: ours\n")
+    with pytest.raises(ValueError, match="'tree.branch_rule: ours' is now 'tree.entropy_formula: ours'"):
+        build_config(ARPOConfig, preset)
 
 
 # -- APPO's training rule (advantage_attribution: appo) -----------------------------------------
