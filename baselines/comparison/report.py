@@ -33,9 +33,14 @@ RUN_METRICS: tuple[tuple[str, str, Callable[[Mapping], float | None]], ...] = (
     ("rollout_tool_calls", "tool calls run / training trajectory", lambda r: r.get("rollout_tool_calls")),
     ("tokens_per_solved", "tokens / solved task", lambda r: r["tokens_per_solved"]),
     ("train_s", "train wall s", lambda r: r["train_s"]),
+    # where the tasks say whether they need a tool (`needs_tool`): the share of sampled episodes with a call
+    ("easy_tool_rate", "tool use, tasks needing none", lambda r: r["sampled"].get("easy_tool_rate")),
+    ("hard_tool_rate", "tool use, tasks needing one", lambda r: r["sampled"].get("hard_tool_rate")),
 )
 # the metrics tested against the first algorithm, paired by seed
-PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls", "rollout_tool_calls")
+PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls", "rollout_tool_calls", "easy_tool_rate", "hard_tool_rate")
+# columns left out of the tables when no run has them (tasks without `needs_tool`)
+OPTIONAL = ("easy_tool_rate", "hard_tool_rate")
 
 
 def markdown_table(rows: Sequence[Mapping], label: str = "run",
@@ -115,7 +120,8 @@ def _same(dicts: Sequence[Mapping], keys: Sequence[str]) -> dict[str, Any]:
 
 def markdown_report(summary: Mapping[str, Any]) -> str:
     man = summary["manifest"]
-    titles = {key: title for key, title, _ in RUN_METRICS}
+    titles = {key: title for key, title, _ in RUN_METRICS
+              if key not in OPTIONAL or any(r.get(key) is not None for r in summary["per_run"])}
     lines = [
         "# Comparison", "",
         f"Preset: `{man['config']}`; overrides: `{' '.join(man['overrides']) or '(none)'}`.",

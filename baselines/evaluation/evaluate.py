@@ -61,7 +61,7 @@ from agent_envs.base.config import (
 from agent_envs.envs import check_env_kwargs
 from agent_envs.rewards.qa import answer_in_text
 from algorithms.base.preflight import check_engine, check_env, check_model
-from baselines.evaluation.passk import summarize
+from baselines.evaluation.passk import summarize, tool_use_by_need
 from baselines.evaluation.plan import DEFAULT_SAMPLING, SAMPLING_KEYS, held_out_range, run_model, run_settings
 from baselines.prompting import BASELINES, apply_baseline
 
@@ -348,6 +348,9 @@ def _evaluate_once(cfg: EvalConfig, engine: Any, count: int, seed: int, recordin
             "response": response, "health": list(t.health),
         })
     metrics = summarize(samples, cfg.ks)
+    # split where the world says whether a task needs a tool: needless calls show as `easy_tool_rate`
+    needs = {t.id: t.metadata["needs_tool"] for t in (tasks[j] for j in indices) if "needs_tool" in t.metadata}
+    metrics.update(tool_use_by_need(samples, needs))
     if report is not None:
         metrics.update(report.metrics())
     return samples, metrics, asdict(params), trajs

@@ -1,4 +1,5 @@
-"""pass@k from n samples per task, and the per-run summary table.
+"""pass@k from n samples per task, the per-run summary table, and its split by whether a task
+needs a tool.
 
     >>> round(pass_at_k(n=4, c=1, k=2), 4)
     0.5
@@ -47,4 +48,29 @@ def summarize(samples: Iterable[Mapping], ks: Iterable[int] = (1,), correct_key:
         vals = [float(s[key]) for v in by_task.values() for s in v if isinstance(s.get(key), int | float)]
         if vals:
             out[key] = mean(vals)
+    return out
+
+
+def tool_use_by_need(samples: Iterable[Mapping], needs_tool: Mapping[str, bool],
+                     correct_key: str = "correct") -> dict[str, float]:
+    """Accuracy and tool use split by whether each sample's task needs a tool: `needs_tool` maps a
+    task id to the `needs_tool` key of its metadata (docs/envs.md), and samples of other tasks count
+    in neither half. `hard_*` are the tasks that need one, `easy_*` those that do not; per half,
+    `*_tool_rate` is the share of episodes with at least one tool call, `*_tool_calls` the calls per
+    episode and `*_accuracy` the share of episodes right. A half without episodes has no keys.
+
+    >>> rows = [{"task_id": "a", "correct": 1.0, "tool_calls": 0}, {"task_id": "b", "correct": 0.0, "tool_calls": 2}]
+    >>> split = tool_use_by_need(rows, {"a": False, "b": True})
+    >>> split["easy_tool_rate"], split["easy_accuracy"], split["hard_tool_rate"], split["hard_tool_calls"]
+    (0.0, 1.0, 1.0, 2.0)
+    """
+    rows = [s for s in samples if str(s["task_id"]) in needs_tool]
+    out: dict[str, float] = {}
+    for half, wanted in (("hard", True), ("easy", False)):
+        picked = [s for s in rows if bool(needs_tool[str(s["task_id"])]) == wanted]
+        if picked:
+            n = len(picked)
+            out[f"{half}_accuracy"] = sum(float(s[correct_key]) > 0 for s in picked) / n
+            out[f"{half}_tool_rate"] = sum(s["tool_calls"] > 0 for s in picked) / n
+            out[f"{half}_tool_calls"] = sum(float(s["tool_calls"]) for s in picked) / n
     return out
