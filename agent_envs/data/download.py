@@ -250,10 +250,13 @@ def _list(args: argparse.Namespace) -> int:
 
     folder = Path(args.dir) if args.dir else None
     print(f"data folder: {folder or data_dir()}\n")
-    columns = "{:18s} {:4s} {:30s} {}"  # descriptions wrap at whole words under their column
+    rows = listing(folder)
+    id_width, env_width = (max(len(r[key]) for r in rows) for key in ("id", "env_id"))
+    # descriptions wrap at whole words under their column
+    columns = f"{{:{id_width}s}} {{:4s}} {{:{env_width}s}} {{}}"
     indent = " " * len(columns.format("", "", "", ""))
     print(columns.format("id", "here", "env id", "description, source, licence"))
-    for row in listing(folder):
+    for row in rows:
         text = textwrap.wrap(row["description"], width=110 - len(indent))
         print(columns.format(row["id"], "yes" if row["local"] else "no", row["env_id"], text[0] if text else ""))
         for line in [*text[1:], f"source: {row['source']}", f"licence: {row['licence']}"]:
