@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
@@ -121,25 +121,12 @@ class EpisodeState:
     flags: tuple[str, ...] = ()
     done: bool = False
 
-    @classmethod
-    def start(cls, task: Task, index: int, prompt: str, messages: tuple[dict, ...]) -> EpisodeState:
-        """The state at reset: what `EpisodeState(task, index, prompt, messages)` gives, at a
-        third of the cost of a frozen dataclass's `__init__` (this runs on every reset)."""
-        new = object.__new__(cls)
-        new.__dict__.update(_FRESH, task=task, index=index, prompt=prompt, messages=messages)
-        return new
-
     def evolve(self, **changes: Any) -> EpisodeState:
-        """A copy with `changes` applied (a fast `dataclasses.replace`: this runs on every step)."""
-        return self.replaced(changes)
-
-    def replaced(self, changes: Mapping[str, Any]) -> EpisodeState:
-        """`evolve` with the changes in a mapping: a caller that gathers them in a dict pays for
-        no second keyword call."""
+        """A copy with `changes` applied: `dataclasses.replace` without the frozen `__init__`,
+        which costs six times as much and would take the 64-env vector step below its floor
+        against GEM (docs/benchmarks.md, Environments)."""
         new = object.__new__(EpisodeState)
-        state = new.__dict__
-        state.update(self.__dict__)
-        state.update(changes)
+        new.__dict__.update(self.__dict__, **changes)
         return new
 
     @property
@@ -152,9 +139,6 @@ class EpisodeState:
     @property
     def call_counts(self) -> dict[str, int]:
         return dict(self.calls)
-
-
-_FRESH = {f.name: f.default for f in fields(EpisodeState) if f.default is not MISSING}
 
 
 @dataclass
@@ -298,7 +282,7 @@ class ToolEnv(gym.Env[str, str]):
         tools, stops = setup.tools, setup.stops
         messages = self.protocol.messages(task.question, tools, setup.system)
         prompt = self.protocol.render_prompt(messages, self.tokenizer, tools)
-        self.state = EpisodeState.start(task, index, prompt, tuple(messages))
+        self.state = EpisodeState(task, index, prompt, tuple(messages))
         info: dict[str, Any] = {
             "messages": messages,
             "task_id": task.id,
@@ -464,7 +448,7 @@ class ToolEnv(gym.Env[str, str]):
         changes["segments"] = st.segments + ((text, by_model),)
         changes["chars"] = st.chars + len(text)
         changes["tokens"] = tokens
-        return st.replaced(changes)
+        return st.evolve(**changes)
 
     def _over_budget(self, st: EpisodeState) -> bool:
         if st.chars > self.max_response_chars:

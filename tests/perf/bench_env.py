@@ -11,6 +11,9 @@ What is timed (medians of wall clock and of process CPU time, one thread per sid
   The answer is \\boxed{gold}. </answer>` on HotpotQA (ARPO eval split) and MATH500, the same
   tasks and the same text on both sides (every step must earn reward 1; the script checks);
 - `reset(seed=i)` on HotpotQA;
+- a python tool step right after `reset` on MATH500 (`<python>print(1+1)</python>`, the call run
+  and its output observed; GEM: its `PythonCodeTool` in a `ToolEnvWrapper`), in wall clock: the
+  call runs in another process on both sides, which the caller's CPU time does not see;
 - 64 QA envs answering together: one vector step of 64 answers after a reset, ours
   `ToolVectorEnv` against GEM's `SyncVectorEnv` in next-step autoreset mode (its fastest);
 - our procedural worlds (no GEM counterpart): reset and answer step of each family's default id.
@@ -22,6 +25,11 @@ runs in its own process, started by this script; the sides take turns measure by
 goes first swaps every block, so machine load hits both alike; the load average is printed before
 and after. Without GEM, the B side is our own floor: grading the same answer with the reward
 recipe alone, and Gymnasium's `SyncVectorEnv` of the same id.
+
+With GEM, the run ends with the regression floor (docs/benchmarks.md, Environments), in process
+CPU time: the QA answer step and the 64-env vector step at 0.6x GEM or better, and every other
+step timed against GEM (the math answer step, `reset`, and in wall clock the python tool step)
+ahead of it. Each check prints PASS or FAIL, and a miss exits with status 1.
 
 `--without-rules` adds a third side, ours with the format rule and the action parse replaced by
 constants (an experiment, not a configuration: every answer then counts as well formed), on the
@@ -46,6 +54,8 @@ PEER_ENV = "AGENT_ENVS_PEER_PYTHON"
 N_VEC = 64
 QA_FILE, MATH_FILE = "hotpotqa/arpo_eval_200.jsonl", "math500/test.jsonl"
 WORLD_IDS = ("AgentQA-v0", "AgentMath-v0", "AgentSearch-v0")
+TOOL_ACTION, TOOL_OUTPUT = "<python>print(1+1)</python>", "2"
+FLOOR = 0.6  # of GEM's speed, for the QA answer step and the vector step (docs/benchmarks.md)
 
 
 def answer_text(gold: str) -> str:
@@ -112,6 +122,9 @@ class Ours:
             rewards.append(reward)
         return {**resets.samples("reset"), **steps.samples("step"), "reward": statistics.fmean(rewards)}
 
+    def tool_steps(self, n: int, start: int) -> dict:
+        return _tool_steps(self.envs["math"], n, start)
+
     def grading_floor(self, kind: str, n: int, start: int) -> dict:
         """The reward recipe alone on the same answers: the floor an answer step cannot beat."""
         env = self.envs[kind]
@@ -138,6 +151,17 @@ class Ours:
         return {**times.samples("step"), "reward": statistics.fmean(rewards)}
 
 
+def _tool_steps(env, n: int, start: int) -> dict:
+    """A python call right after each reset; `ok`: the share of observations showing its output."""
+    times, ok = Clock(), []
+    for i in range(start, start + n):
+        env.reset(seed=i)
+        with times:
+            obs = env.step(TOOL_ACTION)[0]
+        ok.append(float(TOOL_OUTPUT in obs))
+    return {**times.samples("step"), "ok": statistics.fmean(ok)}
+
+
 def _drop_rules() -> None:
     """In this worker process only: the inline tag protocol's format rule and action parse become
     constants (every action an answer, every response well formed), the rest of the step as
@@ -158,6 +182,8 @@ class Gem:
         import datasets
         from gem.envs.math_env import MathEnv
         from gem.envs.qa_env import QaEnv
+        from gem.tools.python_code_tool import PythonCodeTool
+        from gem.tools.tool_env_wrapper import ToolEnvWrapper
         from gem.vector.sync_vector_env import SyncVectorEnv
         from gem.vector.vector_env import AutoresetMode
 
@@ -174,7 +200,8 @@ class Gem:
         # whole <answer> block, which the shared answer text would fail)
         self.envs = {"qa": QaEnv(dataset=qa, extract_boxed=True),
                      "math": MathEnv(dataset=math, question_key="question"),
-                     "math_inproc": MathEnv(dataset=math, question_key="question", use_mp=False)}
+                     "math_inproc": MathEnv(dataset=math, question_key="question", use_mp=False),
+                     "math_python": ToolEnvWrapper(MathEnv(dataset=math, question_key="question"), [PythonCodeTool()])}
         self.make_vec = lambda: SyncVectorEnv(
             ["qa"] * N_VEC, [lambda: QaEnv(dataset=qa, extract_boxed=True) for _ in range(N_VEC)],
             autoreset_mode=AutoresetMode.NEXT_STEP)
@@ -195,6 +222,9 @@ class Gem:
                 reward = env.step(action)[1]
             rewards.append(float(reward))
         return {**resets.samples("reset"), **steps.samples("step"), "reward": statistics.fmean(rewards)}
+
+    def tool_steps(self, n: int, start: int) -> dict:
+        return _tool_steps(self.envs["math_python"], n, start)
 
     def vec(self, rounds: int, start: int) -> dict:
         if not hasattr(self, "venv"):
@@ -232,6 +262,7 @@ class Side:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the {side} benchmark worker ({python}) did not start; its error is above")
+        self.name = side
         self.samples: dict[str, dict[str, list]] = {}
 
     def ask(self, name: str, **request: object) -> None:
@@ -309,13 +340,15 @@ def main() -> None:
         pairs = [(ours, dict(name="qa", call="steps", kind="qa", n=n, start=b * n)),
                  (ours, dict(name="math", call="steps", kind="math", n=n, start=b * n)),
                  (ours, dict(name="vec", call="vec", rounds=r, start=b * r))]
+        tool = dict(name="tool", call="tool_steps", n=max(1, n // 20), start=b * n)  # milliseconds a step
         if gem is None:
-            pairs = [p for mine in pairs for p in (mine, (ours, _floor_request(mine[1])))]
+            pairs = [p for mine in pairs for p in (mine, (ours, _floor_request(mine[1])))] + [(ours, tool)]
         else:
             theirs = [dict(name="qa", call="steps", kind="qa", n=n, start=b * n),
                       dict(name="math", call="steps", kind="math", n=max(1, n // 10), start=b * n),  # ~5 ms a step
                       dict(name="vec", call="vec", rounds=r, start=b * r)]
             pairs = [p for mine, other in zip(pairs, theirs, strict=True) for p in (mine, (gem, other))]
+            pairs += [(ours, tool), (gem, tool)]
             pairs.append((gem, dict(name="math_inproc", call="steps", kind="math_inproc", n=max(1, n // 10),
                                     start=b * n)))
         if bare is not None:
@@ -328,16 +361,24 @@ def main() -> None:
     report(ours, gem, args)
     if bare is not None:
         report_without_rules(ours, bare, gem)
+    misses = check_floor(ours, gem) if gem is not None else []
+    if gem is None:
+        print("\nfloor: not checked (it is against GEM: --peer-python)")
     print(load())
     for side in (ours, gem, bare):
         if side is not None:
             side.close()
+    if misses:
+        raise SystemExit(f"below the floor: {', '.join(misses)}")
 
 
 def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
     for name in ("qa", "math", *WORLD_IDS, "vec"):
         if ours.reward(name) != 1.0:
             raise SystemExit(f"our {name} answers earned {ours.reward(name):.3f}, not 1: the benchmark is broken")
+    for side in (ours, gem):
+        if side is not None and statistics.fmean(side.samples["tool"]["ok"]) != 1.0:
+            raise SystemExit(f"a python call's output was missing from an observation ({side.name}): the benchmark is broken")
     if gem is not None:
         for name in ("qa", "vec"):
             if gem.reward(name) != 1.0:
@@ -368,6 +409,9 @@ def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
         y = N_VEC / statistics.median(b_side.samples[b_vec][k])
         cells.append(f"{x:6.0f} st/s {y:6.0f} st/s {x / y:9.2f}x")
     print(f"{'64 QA envs answering':<28} " + "   ".join(cells))
+    x = ours.median_us("tool") / 1000
+    y = f"{gem.median_us('tool') / 1000:8.2f} ms {gem.median_us('tool') / 1000 / x:9.2f}x" if gem else ""
+    print(f"{'python tool step (MATH500)':<28} {x:8.2f} ms {y}   (wall clock only: the call runs in another process)")
     if gem:
         print("(GEM: QaEnv(extract_boxed=True), MathEnv defaults (use_mp=True), SyncVectorEnv in next-step "
               f"autoreset; its math reward on the MATH500 golds: {gem.reward('math'):.3f})")
@@ -375,6 +419,25 @@ def report(ours: Side, gem: Side | None, args: argparse.Namespace) -> None:
     for env_id in WORLD_IDS:
         print(f"{env_id:<24} reset(seed) {ours.median_us(env_id, 'reset'):6.1f} us answer {ours.median_us(env_id):6.1f} us"
               f"   reset(seed) {ours.median_us(env_id, 'reset_cpu'):6.1f} us answer {ours.median_us(env_id, 'step_cpu'):6.1f} us")
+
+
+def check_floor(ours: Side, gem: Side) -> list[str]:
+    """Print PASS or FAIL for each check of the floor, in process CPU time; return the misses."""
+    qa = gem.median_us("qa", "step_cpu") / ours.median_us("qa", "step_cpu")
+    vec = statistics.median(gem.samples["vec"]["step_cpu"]) / statistics.median(ours.samples["vec"]["step_cpu"])
+    math = gem.median_us("math", "step_cpu") / ours.median_us("math", "step_cpu")
+    reset = gem.median_us("qa", "reset_cpu") / ours.median_us("qa", "reset_cpu")
+    tool = gem.median_us("tool") / ours.median_us("tool")
+    checks = [("QA answer step", qa, FLOOR), ("64 QA envs answering", vec, FLOOR),
+              ("math answer step", math, 1.0), ("reset(seed)", reset, 1.0), ("python tool step", tool, 1.0)]
+    print("\nfloor (ours against GEM, process CPU time, the tool step wall clock; > 1: ours is faster)")
+    misses = []
+    for label, ratio, least in checks:
+        ok = ratio >= least if least < 1 else ratio > least
+        print(f"  {'PASS' if ok else 'FAIL'}  {label:<22} {ratio:6.3f}x  (needs {'>=' if least < 1 else '>'} {least:g}x)")
+        if not ok:
+            misses.append(f"{label} {ratio:.3f}x")
+    return misses
 
 
 def report_without_rules(ours: Side, bare: Side, gem: Side | None) -> None:
