@@ -101,7 +101,7 @@ def html_to_page(html: str, url: str, extractor: Literal["bs4", "trafilatura"] =
             text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True) or ""
         except ImportError as exc:
             raise ImportError(
-                "BrowseTool(extractor='trafilatura') needs `pip install agent-envs[web]`"
+                f"BrowseTool(extractor='trafilatura') needs `pip install 'agent-envs[web]'` ({exc})"
             ) from exc
     if not text:
         for tag in soup(_DROP_TAGS):

@@ -19,7 +19,7 @@ from pathlib import Path
 CALCULATOR = "mcp-server-calculator==0.2.1"
 ROOT = Path(__file__).resolve().parents[2]
 # what pip prints when the index cannot be reached (no network, a proxy refusing, DNS down)
-_OFFLINE = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
+OFFLINE_MARKERS = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
             "No matching distribution found", "Could not find a version", "ProxyError", "ConnectTimeout")
 
 
@@ -51,7 +51,7 @@ def server_venv(requirement: str = CALCULATOR) -> Path:
             output = pip.stdout + pip.stderr
             lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
             why = lines[-1] if lines else f"pip exited with {pip.returncode}"
-            if any(marker in output for marker in _OFFLINE):
+            if any(marker in output for marker in OFFLINE_MARKERS):
                 raise PyPIUnreachable(f"PyPI cannot be reached to install {requirement}: {why}")
             raise RuntimeError(f"pip install {requirement} failed: {why}")
         (folder / ".complete").write_text(requirement + "\n")
