@@ -41,6 +41,7 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -198,22 +199,26 @@ def model_folder(model: str) -> str:
 def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url: str | None = None,
                 seed: int = 0, max_model_len: int = 4096, verbose: bool = False) -> Any:
     """A rollout engine for evaluation (`algorithms.rollout.engines`, the one factory); vLLM's own
-    log lines (its config dump, load times) are hidden unless `verbose`."""
+    log lines (its config dump, load times, CPU tuning hints) are hidden unless `verbose`."""
     from algorithms.rollout.engines import make_engine as build
 
     if kind.startswith("openai") and tokenizer is None and kind != "openai-chat":
         tokenizer = str(model)
-    if kind == "vllm" and not verbose:
-        quiet_vllm()
-    return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
+    if kind != "vllm" or verbose:
+        return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
+    quiet_vllm()
+    with warnings.catch_warnings():  # the deprecation notes its first import sets off
+        warnings.simplefilter("ignore")
+        return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
 
 
 def quiet_vllm() -> None:
-    """Warnings and errors only from vLLM's loggers: its level is read from the environment when it
-    is first imported, and set on its logger for an import that came earlier."""
+    """Errors only from vLLM's loggers (its CPU tuning hints and load times are not the user's
+    business): the level is read from the environment when vLLM is first imported, and set on its
+    logger for an import that came earlier. A VLLM_LOGGING_LEVEL the user set is kept."""
     import logging
 
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
 
 

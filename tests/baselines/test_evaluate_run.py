@@ -1,8 +1,8 @@
 """`agent-envs evaluate RUN` agrees with what the quickstart showed: given the quickstart's folder
 (positionally or as `--model`), or its RL run's folder, it finds the final model, takes the run's
 env, held-out tasks, sampling setup and engine, and prints the quickstart's greedy and sampled
-figures exactly. Then `quickstart --resume` on the same folder keeps the finished SFT, resumes RL
-at its last step and reports the same rows again.
+figures exactly. vLLM's own log lines are off unless asked. Then `quickstart --resume` on the same
+folder keeps the finished SFT, resumes RL at its last step and reports the same rows again.
 
 A real quickstart on the tiny model with a few steps; `evaluate` runs once in a fresh process,
 as a user runs it, and otherwise through the same `main` in this process.
@@ -10,6 +10,7 @@ as a user runs it, and otherwise through the same `main` in this process.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -103,6 +104,22 @@ def test_a_folder_of_several_runs_asks_for_one(tmp_path, quickstart, capsys):
     assert f"{tmp_path} holds 2 runs (dapo-0, grpo-0); name one, e.g. {tmp_path / 'dapo-0'}" in err
     assert main(["evaluate", str(tmp_path / "grpo-0"), str(tmp_path / "dapo-0")]) == 2
     assert "evaluate takes one model or run folder" in capsys.readouterr().err
+
+
+def test_vllm_log_lines_are_off_unless_asked():
+    """vLLM's own lines (its config, CPU tuning hints, deprecation notes) drowned the figures; on
+    this CPU it prints a dozen WARNING lines of its format even at its default level."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (pip install 'agent-envs[vllm]')")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env.pop("VLLM_LOGGING_LEVEL", None)
+    proc = subprocess.run([sys.executable, "-m", "agent_envs.cli", "evaluate", "--env", "AgentMath-v0", "--model",
+                           "tiny", "--engine", "vllm", "--limit", "2", "max_response_tokens=16"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert not re.search(r"(INFO|WARNING|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[", output), output[-3000:]
+    assert "FutureWarning" not in output and "pass@1: " in proc.stdout
 
 
 def test_quickstart_resume_keeps_sft_resumes_rl_and_shows_the_same_rows(quickstart, capsys):
