@@ -281,7 +281,8 @@ class EnvServer:
         return web.json_response(wire.openapi(self.env_id, paths))
 
     async def _mcp(self, request: web.Request) -> web.Response:
-        return web.json_response(wire.mcp_reply(await request.read()))
+        status, answer = wire.mcp_reply(await request.read())
+        return wire.json(answer, status=status)
 
     async def _http_reset(self, request: web.Request) -> web.Response:
         """OpenEnv's stateless reset: a fresh env each time, its first observation returned."""
@@ -327,12 +328,13 @@ class EnvServer:
     async def _ws_message(self, session: Session, raw: str) -> str | None:
         """The answer to one /ws message (None: the client closed the session)."""
         try:
-            message = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            return wire.ws_error("INVALID_JSON", f"Invalid JSON: {exc}")
+            message = wire.loads(raw, ("message",))
+        except wire.ValidationError as exc:
+            return wire.ws_error("INVALID_JSON", f"Invalid JSON: {exc.errors[0]['msg']}")
         if not isinstance(message, dict) or message.get("type") not in ("reset", "step", "state", "close"):
             kind = message.get("type", "") if isinstance(message, dict) else message
-            return wire.ws_error("UNKNOWN_TYPE", f"Unknown message type: {kind}; send reset, step, state or close")
+            return wire.ws_error("UNKNOWN_TYPE", f"Unknown message type: {wire.clip(kind)}; send reset, step, "
+                                                 "state or close")
         session.last_used = time.monotonic()
         kind = message["type"]
         try:
@@ -402,6 +404,8 @@ class EnvServer:
         parent = self._get(request.match_info["sid"])
         if parent.busy:
             raise wire.RequestError(409, f"session {parent.id}: a step is in flight; fork after its answer")
+        if body.get("step_count") is not None:  # checked before the child exists: a refused fork leaves none
+            self._check_step(parent, body["step_count"])
         child = self._open("http", env=parent.env.fork())
         for name in ("episode_id", "step_count", "done", "task_id", "tool_calls"):
             setattr(child, name, getattr(parent, name))
@@ -415,14 +419,18 @@ class EnvServer:
         if episode_id is not None and episode_id != session.episode_id:
             raise wire.RequestError(409, f"session {session.id} plays episode {session.episode_id!r}, not "
                                          f"{episode_id!r}: a state can only be restored within its own episode")
-        if not 0 <= step_count < len(session.history):
-            raise wire.RequestError(422, f"step_count={step_count} is not a step of session {session.id}'s episode "
-                                         f"(0..{len(session.history) - 1})")
+        self._check_step(session, step_count)
         state, done, tool_calls = session.history[step_count]
         session.env.set_state(state)
         session.history = session.history[: step_count + 1]
         session.step_count, session.done, session.tool_calls = step_count, done, tool_calls
         session.last_reply = _NO_REPLY
+
+    @staticmethod
+    def _check_step(session: Session, step_count: int) -> None:
+        if not 0 <= step_count < len(session.history):
+            raise wire.RequestError(422, f"step_count={step_count} is not a step of session {session.id}'s episode "
+                                         f"(0..{len(session.history) - 1})")
 
     async def _session_rewind(self, request: web.Request) -> web.Response:
         body = wire.check(await wire.body(request), {"step_count": ((int,), True), "episode_id": ((str,), False)},

@@ -1,6 +1,10 @@
 """The env server's wire format: OpenEnv's payload shapes, our JSON Schemas, and the checks that
 turn a malformed request into a 4xx with a reason (docs/interop.md).
 
+Every request body and `/ws` message is decoded by `loads` alone: at most `MAX_DEPTH` levels of
+nesting, finite numbers only (JSON has no NaN or Infinity), and an action's text at most
+`MAX_ACTION_CHARS`; what a reply echoes of a request is cut by `clip` with a marker.
+
 Shapes follow OpenEnv (meta-pytorch/OpenEnv, `openenv-core` 0.3): a reset or step answers
 `{"observation": {...}, "reward": float | null, "done": bool}`; a validation failure is 422 with
 `{"detail": [{"type", "loc", "msg", "input"}]}`; other failures `{"detail": "reason"}`; on `/ws`
@@ -15,6 +19,7 @@ an error is `{"type": "error", "data": {"message", "code"}}`.
 from __future__ import annotations
 
 import json as _json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +27,12 @@ from aiohttp import web
 
 PROTOCOL = "agent-envs-env/1"
 OPENENV_API_VERSION = "1.0.0"
+
+MAX_DEPTH = 32  # nesting levels of a request; our payloads use 4
+MAX_ACTION_CHARS = 1 << 20  # an action's text; envs end an episode long before (max_response_chars)
+MAX_ID_CHARS = 255  # episode_id, request_id, session_id, why
+ECHO_CHARS = 200  # what an error answer quotes of a request's value
+DETAIL_CHARS = 2000  # an error's reason
 
 # name -> (accepted JSON types, required); None is accepted for every field that is not required
 Fields = Mapping[str, tuple[tuple[type, ...], bool]]
@@ -45,6 +56,7 @@ class RequestError(Exception):
     """A request the server cannot serve: the HTTP status and the reason, for the person."""
 
     def __init__(self, status: int, detail: str) -> None:
+        detail = clip(detail, DETAIL_CHARS)  # a reason may quote a request (env_kwargs, a seed)
         super().__init__(detail)
         self.status = status
         self.detail = detail
@@ -60,7 +72,76 @@ class ValidationError(Exception):
 
 
 def error(kind: str, loc: tuple, msg: str, value: Any) -> dict[str, Any]:
-    return {"type": kind, "loc": list(loc), "msg": msg, "input": value}
+    return {"type": kind, "loc": list(loc), "msg": clip(msg, DETAIL_CHARS), "input": clip(value)}
+
+
+def clip(value: Any, limit: int = ECHO_CHARS) -> Any:
+    """`value` as an answer may quote it: a string, or a container as its JSON, longer than `limit`
+    is cut there with a marker; a non-finite float becomes its name (strict JSON has no NaN).
+
+    >>> clip("x" * 300, 5)
+    'xxxxx... [truncated: 300 characters in all]'
+    >>> clip([1, 2], 10), clip(float("nan"))
+    ([1, 2], 'nan')
+    """
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        text = dumps(value)
+        if len(text) <= limit:
+            return value
+        value = text
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}... [truncated: {len(value)} characters in all]"
+    return value
+
+
+def loads(raw: bytes | str, loc: tuple = ("body",)) -> Any:
+    """The JSON of a request body or a `/ws` message, or a `ValidationError` saying why not: not
+    JSON, nested deeper than `MAX_DEPTH`, or a number that is not finite (`NaN`, `Infinity`,
+    `1e999`), which strict JSON parsers refuse and no field of ours takes.
+
+    >>> loads(b'{"timeout_s": NaN}')
+    Traceback (most recent call last):
+    ...
+    agent_envs.server.env_wire.ValidationError: body: JSON decode error: NaN is not a JSON number; send a finite number
+    """
+    try:
+        value = _json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:  # the decoder's own limit, for bodies far deeper than ours
+        raise ValidationError([error("json_invalid", loc, f"JSON nested deeper than {MAX_DEPTH} levels", raw)]) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, ours, int digits over Python's limit
+        raise ValidationError([error("json_invalid", loc, f"JSON decode error: {exc}", raw)]) from None
+    if _too_deep(value):
+        raise ValidationError([error("json_invalid", loc, f"JSON nested deeper than {MAX_DEPTH} levels", raw)])
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; send a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{clip(text, 40)} is beyond a float's range; send a finite number")
+    return value
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether `value` nests deeper than `MAX_DEPTH` (walked with a stack, not recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def check(payload: Any, fields: Fields, loc: tuple) -> dict[str, Any]:
@@ -97,10 +178,15 @@ def _ranges(payload: dict[str, Any], loc: tuple) -> list[dict[str, Any]]:
         out.append(error("greater_than_equal", (*loc, "seed"), "Input should be greater than or equal to 0", seed))
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout <= 0:
         out.append(error("greater_than", (*loc, "timeout_s"), "Input should be greater than 0", timeout))
-    episode = payload.get("episode_id")
-    if isinstance(episode, str) and len(episode) > 255:
-        out.append(error("string_too_long", (*loc, "episode_id"), "String should have at most 255 characters",
-                         episode))
+    for key in ("episode_id", "request_id", "session_id", "why"):
+        value = payload.get(key)
+        if isinstance(value, str) and len(value) > MAX_ID_CHARS:
+            out.append(error("string_too_long", (*loc, key), f"String should have at most {MAX_ID_CHARS} characters",
+                             value))
+    message = payload.get("message")
+    if isinstance(message, str) and len(message) > MAX_ACTION_CHARS:
+        out.append(error("string_too_long", (*loc, "message"), f"String should have at most {MAX_ACTION_CHARS} "
+                         f"characters (an action is one generated segment), got {len(message)}", message))
     options = payload.get("options")
     if isinstance(options, dict):
         for key, value in options.items():
@@ -122,11 +208,7 @@ async def body(request: web.Request, empty_ok: bool = False) -> Any:
     raw = await request.read()
     if not raw.strip() and empty_ok:
         return {}
-    try:
-        return _json.loads(raw)
-    except (_json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationError([error("json_invalid", ("body",), f"JSON decode error: {exc}", raw[:200].decode(
-            "utf-8", "replace"))]) from None
+    return loads(raw)
 
 
 def result(text: str, reward: float | None, terminated: bool, truncated: bool, info: dict[str, Any]) -> dict:
@@ -154,7 +236,7 @@ def json(value: Any, status: int = 200) -> web.Response:
 
 
 def ws_error(code: str, message: str, **extra: Any) -> str:
-    return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
+    return dumps({"type": "error", "data": {"message": clip(message, DETAIL_CHARS), "code": code, **extra}})
 
 
 def _object(title: str, properties: dict[str, Any], required: list[str], extra: bool = False) -> dict[str, Any]:
@@ -214,18 +296,25 @@ def openapi(env_id: str, paths: list[str]) -> dict[str, Any]:
             "paths": {p: {} for p in paths}}
 
 
-def mcp_reply(raw: bytes) -> dict[str, Any]:
-    """JSON-RPC 2.0 answers on `/mcp`: this server's tools are played through steps, not MCP calls."""
+def mcp_reply(raw: bytes) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON-RPC 2.0 answer) on `/mcp`: this server's tools are played through steps,
+    not MCP calls; a body that is not JSON is a 400 (as MCP's HTTP transport answers it)."""
     try:
-        request = _json.loads(raw)
-    except (_json.JSONDecodeError, UnicodeDecodeError):
-        return {"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None}
+        request = loads(raw)
+    except ValidationError as exc:
+        return 400, {"jsonrpc": "2.0", "error": {"code": -32700, "message": f"Parse error: {exc.errors[0]['msg']}"},
+                     "id": None}
+    return 200, _mcp_answer(request)
+
+
+def _mcp_answer(request: Any) -> dict[str, Any]:
     if not isinstance(request, dict) or not isinstance(request.get("method"), str):
         rid = request.get("id") if isinstance(request, dict) else None
         return {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request: 'method' is required"},
-                "id": rid}
-    return {"jsonrpc": "2.0", "error": {"code": -32601, "message": f"Method not found: {request['method']} (this "
-                                        "env server plays tools through /step, not MCP)"}, "id": request.get("id")}
+                "id": clip(rid)}
+    return {"jsonrpc": "2.0", "error": {"code": -32601, "message": f"Method not found: {clip(request['method'])} (this "
+                                        "env server plays tools through /step, not MCP)"}, "id": clip(request.get("id"))}
 
 
-__all__ = ["RequestError", "SCHEMAS", "ValidationError", "action_text", "check", "result"]
+__all__ = ["MAX_ACTION_CHARS", "MAX_DEPTH", "RequestError", "SCHEMAS", "ValidationError", "action_text", "check",
+           "clip", "loads", "result"]

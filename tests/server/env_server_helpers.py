@@ -49,14 +49,23 @@ def serving(env_id: str = "AgentMath-v0", **server_kwargs: Any) -> Iterator[tupl
 
 
 def call(method: str, url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any, dict]:
-    """(status, JSON answer, headers) of one plain HTTP request."""
+    """(status, JSON answer, headers) of one plain HTTP request; the answer is parsed as strict
+    JSON (no NaN or Infinity, which strict parsers in other languages refuse)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read() or b"null"), dict(response.headers)
+            return response.status, strict_json(response.read() or b"null"), dict(response.headers)
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null"), dict(exc.headers)
+        return exc.code, strict_json(exc.read() or b"null"), dict(exc.headers)
+
+
+def strict_json(raw: bytes | str) -> Any:
+    """`raw` as JSON, failing on the NaN and Infinity that Python's parser accepts."""
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"the server answered with {name}, which is not JSON: {raw[:300]!r}")
+
+    return json.loads(raw, parse_constant=refuse)
 
 
 def gold_episode(env_id: str, seed: int, **env_kwargs: Any) -> tuple[str, list[str]]:

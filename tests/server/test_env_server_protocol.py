@@ -12,7 +12,9 @@ import json
 
 import aiohttp
 import pytest
-from env_server_helpers import call, gold_episode, serving
+from env_server_helpers import call, gold_episode, serving, strict_json
+
+from agent_envs.server.env_wire import MAX_ACTION_CHARS, MAX_DEPTH
 
 OPENENV_METADATA_FIELDS = {"name", "description", "readme_content", "version", "author", "documentation_url"}
 
@@ -134,20 +136,95 @@ MALFORMED = [
     ("POST", "/sessions/nope/rewind", b'{"step_count": "one"}', 422, "valid integer"),
     ("GET", "/no/such/path", None, 404, "Not Found"),
     ("GET", "/step", None, 405, "Method Not Allowed"),
+    # hostile input: non-finite numbers (JSON has none), integers past Python's digit limit
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "timeout_s": NaN}', 422, "NaN is not a JSON number"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "timeout_s": Infinity}', 422, "Infinity is not"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "timeout_s": -Infinity}', 422, "-Infinity is not"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "timeout_s": 1e999}', 422, "beyond a float"),
+    ("POST", "/sessions/step", b'{"steps": [], "timeout_s": NaN}', 422, "NaN is not a JSON number"),
+    ("POST", "/step", b'{"action": {"message": "x"}, "timeout_s": Infinity}', 422, "Infinity is not"),
+    ("POST", "/reset", b'{"seed": NaN}', 422, "NaN is not a JSON number"),
+    ("POST", "/reset", b'{"seed": ' + b"9" * 5000 + b"}", 422, "digits"),
+    ("POST", "/mcp", b'{"jsonrpc": "2.0", "id": NaN, "method": "tools/list"}', 400, "NaN is not a JSON number"),
+    # oversized fields: refused with a reason that quotes them cut, never whole
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "' + b"x" * 5_000_000 + b'"}}', 422,
+     f"at most {MAX_ACTION_CHARS} characters"),
+    ("POST", "/step", b'{"action": {"message": "' + b"x" * 5_000_000 + b'"}}', 422, "truncated: 5000000 characters"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "mood": "' + b"x" * 5_000_000 + b'"}', 422,
+     "Extra inputs"),
+    ("POST", "/sessions/{sid}/step", b'{"action": {"message": "x"}, "request_id": "' + b"r" * 100_000 + b'"}', 422,
+     "at most 255"),
+    ("POST", "/sessions/{sid}/reset", b'{"episode_id": "' + b"e" * 100_000 + b'"}', 422, "at most 255"),
+    ("POST", "/sessions/{sid}/truncate", b'{"why": "' + b"w" * 100_000 + b'"}', 422, "at most 255"),
+    ("POST", "/sessions", b'{"env_kwargs": {"max_tool_calls": "' + b"9" * 100_000 + b'"}}', 422, "truncated"),
+    ("POST", "/mcp", b'{"jsonrpc": "2.0", "id": 1, "method": "' + b"m" * 100_000 + b'"}', 200, "truncated"),
 ]
+# a 2 KB body nested 1,000 deep on every endpoint that reads JSON (past the decoder's own recursion
+# limit), and 40 deep inside a field (past ours, under the decoder's)
+DEEP = b"[" * 1000 + b"]" * 1000
+NESTED_FIELD = b'{"action": {"message": "x", "metadata": ' + b'{"a": ' * 40 + b"1" + b"}" * 40 + b"}}"
+JSON_ENDPOINTS = ["/reset", "/step", "/mcp", "/sessions", "/sessions/step", "/sessions/{sid}/reset",
+                  "/sessions/{sid}/step", "/sessions/{sid}/fork", "/sessions/{sid}/rewind", "/sessions/{sid}/truncate"]
+MALFORMED += [("POST", path, DEEP, 400 if path == "/mcp" else 422, f"nested deeper than {MAX_DEPTH} levels")
+              for path in JSON_ENDPOINTS]
+MALFORMED += [("POST", path, NESTED_FIELD, 422, f"nested deeper than {MAX_DEPTH}")
+              for path in ("/step", "/sessions/{sid}/step")]
 
 
 @pytest.mark.parametrize(("method", "path", "raw", "status", "words"), MALFORMED,
-                         ids=[f"{m} {p} {r!r}"[:60] for m, p, r, _, _ in MALFORMED])
+                         ids=[f"{m} {p} {(r or b'')[:40]!r}" for m, p, r, _, _ in MALFORMED])
 def test_malformed_requests_get_a_4xx_with_a_reason_and_the_server_lives_on(server, live_session, method, path,
                                                                              raw, status, words):
-    url, _ = server
+    url, srv = server
     if "{sid}" in path:
         path = path.format(sid=live_session)
+    sessions = set(srv.sessions)
     got, answer, _ = call(method, url + path, raw=raw)
-    assert got == status, answer
-    assert words in str(answer["detail"]), answer
+    assert got == status, str(answer)[:2000]
+    reason = answer["detail"] if "detail" in answer else answer["error"]  # /mcp answers in JSON-RPC
+    assert words in str(reason), str(answer)[:2000]
+    assert len(json.dumps(answer)) < 10_000, "an answer quotes a request's values cut, never whole"
+    assert set(srv.sessions) == sessions, "a refused request leaves no session behind"
     assert call("GET", url + "/health")[0] == 200
+
+
+def test_a_refused_fork_leaves_no_session_behind():
+    with serving("AgentMath-v0", max_sessions=3) as (url, srv):
+        sid = call("POST", url + "/sessions", {})[1]["session_id"]
+        assert call("POST", f"{url}/sessions/{sid}/reset", {"seed": 0})[0] == 200
+        for _ in range(3):  # more bad forks than the server has room for
+            status, answer, _ = call("POST", f"{url}/sessions/{sid}/fork", {"step_count": 5})
+            assert status == 422 and "step_count=5 is not a step" in answer["detail"], answer
+        assert list(srv.sessions) == [sid]
+        forks = [call("POST", f"{url}/sessions/{sid}/fork", {"step_count": 0}) for _ in range(2)]
+        assert [status for status, _, _ in forks] == [201, 201], "the room is still there for good forks"
+        assert call("POST", f"{url}/sessions/{sid}/fork", {})[0] == 503
+
+
+async def test_ws_hostile_messages_get_an_error_frame_and_the_socket_plays_on(server):
+    url, srv = server
+    cases = [
+        (DEEP.decode(), "INVALID_JSON", f"nested deeper than {MAX_DEPTH} levels"),
+        ('{"type": "reset", "data": {"options": ' + '{"a": ' * 40 + "1" + "}" * 40 + "}}", "INVALID_JSON",
+         "nested deeper"),
+        ('{"type": "reset", "data": {"seed": NaN}}', "INVALID_JSON", "NaN is not a JSON number"),
+        ('{"type": "reset", "data": {"seed": 1e999}}', "INVALID_JSON", "beyond a float"),
+        ('{"type": "' + "t" * 1_000_000 + '"}', "UNKNOWN_TYPE", "truncated: 1000000 characters"),
+        ('{"type": "step", "data": {"message": "' + "x" * 5_000_000 + '"}}', "VALIDATION_ERROR", "Invalid message"),
+    ]
+    async with aiohttp.ClientSession() as http, await _ws(url, http) as ws:
+        for raw, code, words in cases:
+            await ws.send_str(raw)
+            frame = await ws.receive()
+            assert frame.type == aiohttp.WSMsgType.TEXT, (raw[:80], frame)
+            assert len(frame.data) < 10_000, "an error frame quotes a message cut, never whole"
+            msg = strict_json(frame.data)
+            assert msg["type"] == "error" and msg["data"]["code"] == code, (raw[:80], msg)
+            assert words in json.dumps(msg["data"]), (raw[:80], msg)
+        assert msg["data"]["errors"][0]["type"] == "string_too_long", msg
+        assert len(srv.sessions) == 1
+        await ws.send_json({"type": "reset", "data": {"seed": 1}})
+        assert (await ws.receive_json())["type"] == "observation", "the socket still plays after the errors"
 
 
 @pytest.fixture
