@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import socket
 import time
 import uuid
 from typing import Any
@@ -127,10 +128,11 @@ class Gateway:
         app.router.add_get("/health", self._health)
         return app
 
-    async def start(self, host: str = "127.0.0.1", port: int = 8200) -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 8200, sock: socket.socket | None = None) -> str:
+        """Serve on `host:port`, or on `sock`, a socket already bound there; returns the URL."""
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port) if sock is None else web.SockSite(self._runner, sock)
         await site.start()
         bound = site._server.sockets[0].getsockname()[1]  # port 0: the one the OS chose
         self.url = f"http://{host}:{bound}"
@@ -312,12 +314,15 @@ def _serve(args: argparse.Namespace) -> int:
     from algorithms.models.resolve import resolve_model
     from algorithms.rollout.engines import make_engine
 
+    # the port first: one in use is said at once, not after the model has loaded
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.create_server((args.host, args.port), family=family)
     folder = resolve_model(args.model)
     engine = make_engine(args.engine, folder, tokenizer=folder, base_url=args.base_url)
     gateway = Gateway(engine, model_name=args.model)
 
     async def run() -> None:
-        url = await gateway.start(args.host, args.port)
+        url = await gateway.start(args.host, args.port, sock=sock)
         print(f"gateway: {url}/s/<session>/v1 (OpenAI-compatible); rewards: POST {url}/sessions/<id>/reward",
               flush=True)
         await asyncio.Event().wait()

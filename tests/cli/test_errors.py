@@ -71,6 +71,7 @@ CASES = [
     (["serve-sandbox", "--port", "70000"], ["argument --port: 70000 is not a port number"]),
     (["serve-retriever", "--corpus", "{tmp}/corpus.jsonl", "--port", "x"], ["'x' is not a port number"]),
     (["gateway", "--model", "tiny", "--port", "-1"], ["argument --port: -1 is not a port number"]),
+    (["gateway", "--model", "tiny", "--port", "{port}"], ["port {port} is in use", "--port"]),
     (["view", "{tmp}/a_run", "--port", "65536"], ["argument --port: 65536 is not a port number"]),
     (["serve-mcp", "--port", "9000"], ["--port applies to --transport http only", "add --transport http"]),
     (["evaluate", "--env", "AgentMath-v0", "--model", "tiny", "--temperature", "-1"],
