@@ -200,6 +200,10 @@ def test_cli_train(algo, tiny_model_path, tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"[{algo}] resolved config" in proc.stdout
+    # a paragraph a reader can scan: every line of the config short, the keys all there
+    lines = proc.stdout.split(f"[{algo}] resolved config:\n", 1)[1].splitlines()
+    config = "".join(line for line in lines if line.startswith("  "))
+    assert all(len(line) <= 100 for line in lines if line.startswith("  ")) and "max_response_tokens=48" in config
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert rows and rows[-1]["num_trajectories"] == 4
     assert "rollout/forks_per_prompt" in rows[-1]
