@@ -266,6 +266,7 @@ SCHEMAS = {
         "tool_calls": {"type": "integer", "minimum": 0},
     }, ["episode_id", "step_count"], extra=True),
 }
+SCHEMAS["reset_observation"] = SCHEMAS["observation"]  # OpenEnv 0.10's key: a reset answers the same shape
 
 
 def metadata(env_id: str) -> dict[str, Any]:

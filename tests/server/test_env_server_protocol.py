@@ -93,7 +93,8 @@ def test_http_endpoints_answer_with_openenv_shapes(server):
     assert status == 200 and set(meta) == OPENENV_METADATA_FIELDS and meta["name"] == "AgentMath-v0"
     assert isinstance(meta["description"], str) and "arithmetic" in meta["description"]
     status, schema, _ = call("GET", url + "/schema")
-    assert status == 200 and set(schema) == {"action", "observation", "state"}
+    assert status == 200 and set(schema) == {"action", "observation", "reset_observation", "state"}
+    assert schema["reset_observation"] == schema["observation"]
     assert schema["action"]["required"] == ["message"] and schema["action"]["additionalProperties"] is False
     assert {"text", "terminated", "truncated", "info"} <= set(schema["observation"]["properties"])
     assert {"episode_id", "step_count"} <= set(schema["state"]["properties"])
