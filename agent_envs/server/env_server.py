@@ -4,8 +4,9 @@ stateful HTTP sessions that fork, rewind and step in batches.
     agent-envs serve-env AgentMath-v0 max_tool_calls=2 --port 8000    # also writes ./openenv.yaml
 
 OpenEnv's side (docs/interop.md): `POST /reset`, `POST /step`, `GET /state`, `/metadata`,
-`/health`, `/schema`, `/openapi.json`, and the `/ws` session (one env per connection, messages
-`{"type": "reset" | "step" | "state" | "close", "data": ...}`). An action is `{"message": str}`
+`/health`, `/schema`, `/openapi.json`, and the `/ws` session (one env per connection, or
+`/ws?session_id=ID` on one of our sessions; messages `{"type": "reset" | "step" | "state" |
+"close", "data": ...}`). An action is `{"message": str}`
 (what OpenEnv's text envs take); an observation is `{"text", "terminated", "truncated", "info"}`
 with the reward computed here. Our side: `POST /sessions` gives an id for `POST
 /sessions/{id}/reset | step | fork | rewind | truncate`, `GET /sessions/{id}/state` and `DELETE
@@ -300,13 +301,19 @@ class EnvServer:
                                   "done": False, "tool_calls": 0})
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        """One session per connection; `/ws?session_id=ID` attaches the connection to a session
+        opened with `POST /sessions` instead (OpenEnv 0.10), which outlives the connection."""
         ws = web.WebSocketResponse(max_msg_size=64 * 1024 * 1024)
         await ws.prepare(request)
+        wanted = request.query.get("session_id")
         try:
-            session = self._open("ws")
+            session = self._attach(wanted) if wanted else self._open("ws")
         except wire.RequestError as exc:
-            await ws.send_str(wire.ws_error("CAPACITY_REACHED", exc.detail, active_sessions=len(self.sessions),
-                                            max_sessions=self.max_sessions))
+            if wanted:
+                await ws.send_str(wire.ws_error("SESSION_ERROR", exc.detail))
+            else:
+                await ws.send_str(wire.ws_error("CAPACITY_REACHED", exc.detail, active_sessions=len(self.sessions),
+                                                max_sessions=self.max_sessions))
             await ws.close()
             return ws
         session.ws = ws
@@ -320,10 +327,19 @@ class EnvServer:
                     break
                 await ws.send_str(reply)
         finally:
-            self._close(session.id, "its WebSocket closed")
+            if wanted:  # an attached session stays open for its other clients
+                session.ws = None
+            else:
+                self._close(session.id, "its WebSocket closed")
             with contextlib.suppress(Exception):
                 await ws.close()
         return ws
+
+    def _attach(self, session_id: str) -> Session:
+        session = self._get(session_id)
+        if session.ws is not None:
+            raise wire.RequestError(409, f"session {session_id} already has an attached WebSocket; close it first")
+        return session
 
     async def _ws_message(self, session: Session, raw: str) -> str | None:
         """The answer to one /ws message (None: the client closed the session)."""
@@ -457,8 +473,12 @@ class EnvServer:
 
     async def _session_delete(self, request: web.Request) -> web.Response:
         session_id = request.match_info["sid"]
-        self._get(session_id)
+        session = self._get(session_id)
         self._close(session_id, "deleted by its client")
+        if session.ws is not None:  # a WebSocket attached with /ws?session_id= hears why it ends
+            with contextlib.suppress(Exception):
+                await session.ws.send_str(wire.ws_error("SESSION_ERROR", f"session {session_id} deleted by a client"))
+                await session.ws.close()
         return wire.json({"session_id": session_id, "closed": True})
 
     # -- running ----------------------------------------------------------------------------------

@@ -86,6 +86,35 @@ async def test_ws_errors_have_openenv_codes_and_the_connection_survives(server):
         assert (await ws.receive_json())["type"] == "observation", "the session still plays after the errors"
 
 
+async def test_ws_attaches_to_an_http_session_which_outlives_the_connection(server):
+    url, srv = server
+    sid = call("POST", url + "/sessions", {})[1]["session_id"]
+    assert call("POST", f"{url}/sessions/{sid}/reset", {"seed": 0})[0] == 200
+    ws_url = url.replace("http://", "ws://") + "/ws?session_id="
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(ws_url + sid) as ws:
+            await ws.send_json({"type": "step", "data": {"message": "<think> x </think> <python>print(6 * 7)</python>"}})
+            msg = await ws.receive_json()
+            assert msg["type"] == "observation" and "42" in msg["data"]["observation"]["text"], msg
+            async with http.ws_connect(ws_url + sid) as second:  # one connection at a time
+                refused = await second.receive_json()
+                assert refused["data"]["code"] == "SESSION_ERROR" and "already has" in refused["data"]["message"]
+            await ws.send_json({"type": "close"})
+            await ws.receive()
+        async with http.ws_connect(ws_url + "nope") as unknown:
+            refused = await unknown.receive_json()
+            assert refused["data"]["code"] == "SESSION_ERROR" and "unknown session 'nope'" in refused["data"]["message"]
+            assert (await unknown.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    assert sid in srv.sessions and srv.sessions[sid].ws is None, "an attached session outlives its connection"
+    status, state, _ = call("GET", f"{url}/sessions/{sid}/state")
+    assert status == 200 and state["step_count"] == 1, state
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url + sid) as ws:
+        assert call("DELETE", f"{url}/sessions/{sid}")[0] == 200  # while a connection is attached
+        ended = await ws.receive_json()
+        assert ended["data"]["code"] == "SESSION_ERROR" and "deleted" in ended["data"]["message"], ended
+    assert sid not in srv.sessions
+
+
 def test_http_endpoints_answer_with_openenv_shapes(server):
     url, _ = server
     assert call("GET", url + "/health")[:2] == (200, {"status": "healthy"})
