@@ -8,7 +8,10 @@ done}`; `/ws` messages `{"type": "reset"|"step"|"state"|"close", "data": ...}` a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
 
 import aiohttp
 import pytest
@@ -216,6 +219,22 @@ def test_malformed_requests_get_a_4xx_with_a_reason_and_the_server_lives_on(serv
     assert len(json.dumps(answer)) < 10_000, "an answer quotes a request's values cut, never whole"
     assert set(srv.sessions) == sessions, "a refused request leaves no session behind"
     assert call("GET", url + "/health")[0] == 200
+
+
+async def test_a_ws_message_over_the_size_limit_closes_with_code_1009_and_frees_the_session(server):
+    url, srv = server
+    async with aiohttp.ClientSession() as http, await _ws(url, http) as ws:
+        closing = asyncio.create_task(ws.receive())
+        with contextlib.suppress(ConnectionError):  # the server may close while the frame is still going out
+            await ws.send_str('{"type": "step", "data": {"message": "' + "x" * (65 * 1024 * 1024) + '"}}')
+        frame = await closing
+    assert (frame.type, frame.data) == (aiohttp.WSMsgType.CLOSE, aiohttp.WSCloseCode.MESSAGE_TOO_BIG)
+    deadline = time.monotonic() + 10
+    while srv.sessions and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert srv.sessions == {}
+    status, answer, _ = call("POST", url + "/reset", raw=b'{"seed": "' + b"1" * (65 * 1024 * 1024) + b'"}')
+    assert status == 413 and "Too Large" in answer["detail"], answer
 
 
 def test_a_refused_fork_leaves_no_session_behind():
