@@ -6,7 +6,8 @@ Format (ATIF v1.7, Harbor RFC 0001), which viewers, SFT and RL tooling of other 
 
 RUN is what `baselines.diagnostics.runs` reads: a learner run written with
 `save_trajectories=true`, an `evaluate --out` folder, or a folder of such runs. `--format atif`
-writes one ATIF document per trajectory (`<out>/<run>/step_<N>/group<G>-traj<T>.json`);
+writes one ATIF document per trajectory (`<out>/<run>/step_<N>/group<G>-traj<T>.json`; an
+evaluation's trajectories are step 0);
 `--format jsonl` writes the same documents one per line (`<out>/<run>/trajectories.atif.jsonl`).
 
 One trajectory is one document: the prompt's chat turns become `system` and `user` steps; each
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from baselines.diagnostics.runs import Run, find_runs
-from baselines.diagnostics.view.server import _CALL_END, _INSERTED_RESULT, _token_texts, _tokenizer_for
+from baselines.diagnostics.view.server import _CALL_END, _INSERTED_RESULT, _tokenizer_for
 
 ATIF_VERSION = "ATIF-v1.7"
 FORMATS = ("atif", "jsonl")
@@ -59,16 +60,16 @@ def export(path: str | Path, out: str | Path | None = None, fmt: str = "atif",
         folder = out / run.name
         lines: list[str] = []
         for step in run.steps:
-            names: set[str] = set()
+            seen: dict[str, int] = {}
             for row in run.rows(step):
                 doc = atif_document(row, run, step, tok)
                 if fmt == "jsonl":
                     lines.append(json.dumps(doc))
                     continue
                 name = f"group{int(row.get('group_id', 0)):04d}-traj{int(row.get('traj_id', 0)):04d}"
-                while name in names:  # rows that share ids (evaluate samples): keep every one
-                    name += "+"
-                names.add(name)
+                seen[name] = seen.get(name, 0) + 1
+                if seen[name] > 1:  # rows that share ids (an evaluation's samples): every one kept
+                    name += f"-{seen[name]}"
                 file = folder / f"step_{step:06d}" / f"{name}.json"
                 file.parent.mkdir(parents=True, exist_ok=True)
                 file.write_text(json.dumps(doc, indent=1))
@@ -159,9 +160,8 @@ def _parts(row: dict[str, Any], tokenizer: Any | None) -> list[tuple[int, int, b
             cuts.add(offset)
     edges = sorted(cuts)
     spans = [(a, b, bool(mask[a])) for a, b in zip(edges, edges[1:], strict=False) if b > a]
-    if tokenizer is not None:
-        texts = _token_texts(tokenizer, ids)
-        return [(a, b, g, "".join(texts[a:b])) for a, b, g in spans]
+    if tokenizer is not None:  # one decode per part: its cuts are where separately made texts meet
+        return [(a, b, g, tokenizer.decode(ids[a:b], skip_special_tokens=False)) for a, b, g in spans]
     text = row.get("response_text") or ""
     inserted = [m.span(1) for m in _INSERTED_RESULT.finditer(text)]
     kinds = [g for _, _, g in spans]

@@ -209,6 +209,22 @@ def test_without_a_tokenizer_tool_results_are_still_cut_out(tmp_path, tok):
     assert [s.get("is_copied_context", False) for s in fork["steps"]] == [False, True, False]
 
 
+def test_an_evaluation_folder_exports_as_step_0_every_sample_kept(tmp_path, tok):
+    _, trajs = hand_run(tmp_path / "made", tok, None)
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps({"config": {"model": "tiny"}}))
+    (folder / "samples.jsonl").write_text('{"task_id": "sum-0"}\n')
+    write_jsonl([trajs[0], trajs[0]], folder / "trajectories.jsonl")  # two samples, the same ids
+    files = export(folder, tmp_path / "out")
+    assert [f.relative_to(tmp_path / "out").as_posix() for f in sorted(files)] == [
+        "eval/step_000000/group0000-traj0000-2.json", "eval/step_000000/group0000-traj0000.json"]
+    for f in files:
+        doc = json.loads(f.read_text())
+        check_atif(doc)
+        assert doc["extra"]["step"] == 0 and doc["agent"]["model_name"] == "tiny"
+
+
 def test_a_folder_without_trajectories_is_one_line_and_status_2(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
