@@ -190,7 +190,7 @@ class EnvServer:
         session.task_id = info.get("task_id")
         session.history = [(session.env.get_state(), False, 0)]
         session.last_reply = _NO_REPLY
-        return wire.result(text, None, False, False, info)
+        return wire.result(text, None, False, False, info, session.state(self.env_id))
 
     async def _step(self, session: Session, action: str, timeout_s: float | None = None,
                     request_id: str | None = None) -> dict[str, Any]:
@@ -216,7 +216,7 @@ class EnvServer:
         session.done = terminated or truncated
         session.tool_calls = int(info.get("tool_calls", session.tool_calls))
         session.history.append((session.env.get_state(), session.done, session.tool_calls))
-        reply = wire.result(obs, reward, terminated, truncated, info)
+        reply = wire.result(obs, reward, terminated, truncated, info, session.state(self.env_id))
         session.last_reply = (request_id, reply)
         return reply
 
@@ -466,7 +466,7 @@ class EnvServer:
             raise wire.RequestError(409, f"session {session.id}: {exc}") from None
         session.done = True
         session.history.append((session.env.get_state(), True, session.tool_calls))
-        return wire.json(wire.result("", reward, False, True, info))
+        return wire.json(wire.result("", reward, False, True, info, session.state(self.env_id)))
 
     async def _session_state(self, request: web.Request) -> web.Response:
         return wire.json(self._get(request.match_info["sid"]).state(self.env_id))

@@ -5,10 +5,10 @@ Every request body and `/ws` message is decoded by `loads` alone: at most `MAX_D
 nesting, finite numbers only (JSON has no NaN or Infinity), and an action's text at most
 `MAX_ACTION_CHARS`; what a reply echoes of a request is cut by `clip` with a marker.
 
-Shapes follow OpenEnv (meta-pytorch/OpenEnv, `openenv-core` 0.3): a reset or step answers
-`{"observation": {...}, "reward": float | null, "done": bool}`; a validation failure is 422 with
-`{"detail": [{"type", "loc", "msg", "input"}]}`; other failures `{"detail": "reason"}`; on `/ws`
-an error is `{"type": "error", "data": {"message", "code"}}`.
+Shapes follow OpenEnv (meta-pytorch/OpenEnv, PyPI `openenv` 0.10): a reset or step answers
+`{"observation": {...}, "reward": float | null, "done": bool, "metadata": {...}}`; a validation
+failure is 422 with `{"detail": [{"type", "loc", "msg", "input"}]}`; other failures `{"detail":
+"reason"}`; on `/ws` an error is `{"type": "error", "data": {"message", "code"}}`.
 
     >>> check({"message": "hi", "mood": 1}, ACTION_FIELDS, ("data",))
     Traceback (most recent call last):
@@ -211,11 +211,14 @@ async def body(request: web.Request, empty_ok: bool = False) -> Any:
     return loads(raw)
 
 
-def result(text: str, reward: float | None, terminated: bool, truncated: bool, info: dict[str, Any]) -> dict:
-    """A reset or step answer in OpenEnv's envelope; Gymnasium's two end flags ride in the observation."""
+def result(text: str, reward: float | None, terminated: bool, truncated: bool, info: dict[str, Any],
+           state: dict[str, Any]) -> dict:
+    """A reset or step answer in OpenEnv's envelope; Gymnasium's two end flags ride in the
+    observation, and `metadata` (OpenEnv 0.10's `StepResult.metadata`) is the episode's state after it."""
     return {"observation": {"text": text, "terminated": bool(terminated), "truncated": bool(truncated),
                             "info": info},
-            "reward": None if reward is None else float(reward), "done": bool(terminated or truncated)}
+            "reward": None if reward is None else float(reward), "done": bool(terminated or truncated),
+            "metadata": state}
 
 
 def _default(value: Any) -> Any:

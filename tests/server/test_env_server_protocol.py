@@ -39,7 +39,9 @@ async def test_openenv_ws_client_plays_the_gold_trace_to_reward_1(server):
     async with aiohttp.ClientSession() as http, await _ws(url, http) as ws:
         await ws.send_json({"type": "reset", "data": {"seed": 7, "episode_id": "ep-7"}})
         msg = await ws.receive_json()
-        assert msg["type"] == "observation" and set(msg["data"]) == {"observation", "reward", "done"}
+        assert msg["type"] == "observation" and set(msg["data"]) == {"observation", "reward", "done", "metadata"}
+        assert msg["data"]["metadata"] == {"episode_id": "ep-7", "step_count": 0, "env_id": "AgentMath-v0",
+                                           "task_id": task_id, "done": False, "tool_calls": 0}
         assert msg["data"]["reward"] is None and msg["data"]["done"] is False
         first = msg["data"]["observation"]
         assert first["info"]["task_id"] == task_id and first["text"].startswith("<|im_start|>system")
@@ -52,6 +54,7 @@ async def test_openenv_ws_client_plays_the_gold_trace_to_reward_1(server):
                 assert result["done"] is False and result["reward"] == 0.0
                 assert "<result>" in result["observation"]["text"]
         assert result["done"] is True and result["reward"] == 1.0
+        assert result["metadata"]["step_count"] == len(gold) and result["metadata"]["done"] is True
         assert result["observation"]["terminated"] is True and result["observation"]["info"]["correct"] == 1.0
         await ws.send_json({"type": "state"})
         state = await ws.receive_json()
@@ -131,7 +134,7 @@ def test_http_endpoints_answer_with_openenv_shapes(server):
     assert {"text", "terminated", "truncated", "info"} <= set(schema["observation"]["properties"])
     assert {"episode_id", "step_count"} <= set(schema["state"]["properties"])
     status, reset, _ = call("POST", url + "/reset", {"seed": 3})
-    assert status == 200 and set(reset) == {"observation", "reward", "done"} and reset["done"] is False
+    assert status == 200 and set(reset) == {"observation", "reward", "done", "metadata"} and reset["done"] is False
     assert call("POST", url + "/reset", raw=b"")[0] == 200, "OpenEnv's reset body is optional"
     status, state, _ = call("GET", url + "/state")
     assert status == 200 and state["episode_id"] is None and state["step_count"] == 0

@@ -30,6 +30,7 @@ with GenericEnvClient(base_url=args["url"]).sync() as env:
     for action in args["actions"]:
         result = env.step({"message": action})
         out["steps"].append([result.reward, result.done])
+    out["metadata"] = result.metadata
     out["state"] = env.state()
 print(json.dumps(out))
 """
@@ -75,3 +76,4 @@ def test_openenv_s_own_client_plays_a_whole_episode_of_each_world(openenv, env_i
     assert played["steps"][-1] == [1.0, True], played
     assert all(done is False for _, done in played["steps"][:-1]), played
     assert played["state"]["step_count"] == len(gold) and played["state"]["done"] is True
+    assert played["metadata"] == played["state"], "StepResult.metadata: the episode's state after the step"
