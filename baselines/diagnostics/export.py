@@ -32,8 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from baselines.diagnostics.runs import Run, find_runs
-from baselines.diagnostics.view.server import _CALL_END, _INSERTED_RESULT, _tokenizer_for
+from baselines.diagnostics.runs import CALL_END, INSERTED_RESULT, Run, find_runs, run_tokenizer
 
 ATIF_VERSION = "ATIF-v1.7"
 FORMATS = ("atif", "jsonl")
@@ -56,7 +55,7 @@ def export(path: str | Path, out: str | Path | None = None, fmt: str = "atif",
         if not run.steps:
             raise ValueError(f"{run.path}: no saved trajectories; train with save_trajectories=true "
                              "(an evaluate --out folder holds trajectories.jsonl)")
-        tok = given or _tokenizer_for(run.path, run.config)
+        tok = given or run_tokenizer(run.path, run.config)
         folder = out / run.name
         lines: list[str] = []
         for step in run.steps:
@@ -163,7 +162,7 @@ def _parts(row: dict[str, Any], tokenizer: Any | None) -> list[tuple[int, int, b
     if tokenizer is not None:  # one decode per part: its cuts are where separately made texts meet
         return [(a, b, g, tokenizer.decode(ids[a:b], skip_special_tokens=False)) for a, b, g in spans]
     text = row.get("response_text") or ""
-    inserted = [m.span(1) for m in _INSERTED_RESULT.finditer(text)]
+    inserted = [m.span(1) for m in INSERTED_RESULT.finditer(text)]
     kinds = [g for _, _, g in spans]
     if inserted and kinds == [k % 2 == 0 for k in range(len(kinds))] and len(inserted) == kinds.count(False):
         bounds = [0, *(x for span in inserted for x in span), len(text)]
@@ -210,7 +209,7 @@ def _tool_call(message: str, number: int) -> dict[str, Any] | None:
     """The tool call a generated segment ends with (`<python> ... </python>`, `<tool_call> ...
     </tool_call>`), whatever the protocol names its tools; its text is the one argument. `number`:
     the trajectory's how-manieth call (`call_1`, `call_2`, ...)."""
-    close = _CALL_END.search(message)
+    close = CALL_END.search(message)
     if close is None:
         return None
     name = close.group(1)

@@ -198,4 +198,45 @@ def _read_config(path: Path) -> dict[str, Any]:
     return {}
 
 
-__all__ = ["Run", "find_runs", "is_evaluate_run", "is_learner_run", "load_run"]
+# ---- the text of a run's trajectories (the viewer and the export cut it the same way) -------------
+
+# a tool result the env inserted right after a call's closing tag (used only without a tokenizer)
+INSERTED_RESULT = re.compile(
+    r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S
+)
+# the closing tag a tool call ends with (the tool's name, or `tool_call` in JSON protocols)
+CALL_END = re.compile(r"</(?!answer>|think>)([\w-]+)>\s*$")
+
+_tokenizer_cache: dict[Path, Any] = {}
+
+
+def run_tokenizer(folder: Path, config: dict[str, Any]) -> Any | None:
+    """The run's tokenizer (a `tokenizers.Tokenizer`), or None when the run has none here."""
+    candidates = [folder / "final_model", folder]
+    for key in ("tokenizer", "model"):
+        if isinstance(config.get(key), str) and config[key]:
+            candidates.append(Path(config[key]))
+    for candidate in candidates:
+        path = candidate / "tokenizer.json"
+        if path in _tokenizer_cache:
+            return _tokenizer_cache[path]
+        if path.is_file():
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:  # the `train` extra is not installed: shade segments instead
+                return None
+            _tokenizer_cache[path] = Tokenizer.from_file(str(path))
+            return _tokenizer_cache[path]
+    return None
+
+
+__all__ = [
+    "CALL_END",
+    "INSERTED_RESULT",
+    "Run",
+    "find_runs",
+    "is_evaluate_run",
+    "is_learner_run",
+    "load_run",
+    "run_tokenizer",
+]

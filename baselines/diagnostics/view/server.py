@@ -37,17 +37,11 @@ from typing import Any
 
 from aiohttp import web
 
-from baselines.diagnostics.runs import EVAL_SAMPLES, Run, find_runs
+from baselines.diagnostics.runs import CALL_END, EVAL_SAMPLES, INSERTED_RESULT, Run, find_runs, run_tokenizer
 
 STATIC = Path(__file__).parent / "static"
 DEFAULT_PORT = 8765
 SEARCH_DEPTH = 3  # how far below RUN to look for runs
-# a tool result the env inserted right after a call's closing tag (used only without a tokenizer)
-_INSERTED_RESULT = re.compile(
-    r"</(?:python|search|browse|tool_call)>(\s*<(result|tool_response)>.*?</\2>)", re.S
-)
-# the closing tag a tool call ends with (the tool's name, or `tool_call` in JSON protocols)
-_CALL_END = re.compile(r"</(?!answer>|think>)([\w-]+)>\s*$")
 _LONG_STRING = 80  # longer string components (the parsed action) are left out of the table
 
 
@@ -110,28 +104,6 @@ def _find_runs(root: Path) -> dict[str, Run]:
 
 
 # ---- tokens and text pieces ----------------------------------------------------------------------
-
-_tokenizer_cache: dict[Path, Any] = {}
-
-
-def _tokenizer_for(folder: Path, config: dict[str, Any]) -> Any | None:
-    """The run's tokenizer (a `tokenizers.Tokenizer`), or None when the run has none here."""
-    candidates = [folder / "final_model", folder]
-    for key in ("tokenizer", "model"):
-        if isinstance(config.get(key), str) and config[key]:
-            candidates.append(Path(config[key]))
-    for candidate in candidates:
-        path = candidate / "tokenizer.json"
-        if path in _tokenizer_cache:
-            return _tokenizer_cache[path]
-        if path.is_file():
-            try:
-                from tokenizers import Tokenizer
-            except ImportError:  # the `train` extra is not installed: shade segments instead
-                return None
-            _tokenizer_cache[path] = Tokenizer.from_file(str(path))
-            return _tokenizer_cache[path]
-    return None
 
 
 def _token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
@@ -205,7 +177,7 @@ def _split_calls(pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for piece, following in zip(pieces, [*pieces[1:], None], strict=True):
         text = piece["text"]
         close = (
-            _CALL_END.search(text)
+            CALL_END.search(text)
             if piece["kind"] == "gen" and following and following["kind"] == "env"
             else None
         )
@@ -237,7 +209,7 @@ def _text_pieces(
     """Without a tokenizer: cut `response_text` at the results inserted after tool calls; when
     they match the loss mask's inserted spans one for one, each generated piece gets the mean
     entropy of its span's tokens, otherwise the whole text gets the mean of all of them."""
-    inserted = [m.span(1) for m in _INSERTED_RESULT.finditer(text)]
+    inserted = [m.span(1) for m in INSERTED_RESULT.finditer(text)]
     generated = [(a, b) for a, b, g in spans if g]
     env_spans = [s for s in spans if not s[2]]
     if not inserted or len(inserted) != len(env_spans) or len(generated) != len(inserted) + 1:
@@ -330,7 +302,7 @@ def prompt_rows(runs: dict[str, Run], query: dict[str, str]) -> list[dict[str, A
         # an empty filter (the page sends every field) matches every run
         if (query.get("run") or name) != name or (query.get("algo") or run.algorithm) != run.algorithm:
             continue
-        tokenizer = _tokenizer_for(run.path, run.config)
+        tokenizer = run_tokenizer(run.path, run.config)
         for (s, group), rows in sorted(_groups(run).items()):
             if (step is not None and s != step) or not _matches(rows, outcome, tool):
                 continue
@@ -359,7 +331,7 @@ def prompt_view(run: Run, step: int, group: int) -> dict[str, Any] | None:
     rows = _groups(run).get((step, group))
     if rows is None:
         return None
-    tokenizer = _tokenizer_for(run.path, run.config)
+    tokenizer = run_tokenizer(run.path, run.config)
     task, prompt = _task_text(rows[0], tokenizer)
     trajectories = []
     for i, row in enumerate(rows):
