@@ -569,8 +569,9 @@ def serve(args: argparse.Namespace) -> int:
     # the port is taken before openenv.yaml is written: a port in use leaves nothing behind
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.create_server((args.host, args.port), family=family, backlog=4096)
-    spec = write_openenv_yaml(args.out, args.env_id, args.port, args.kwargs)
-    print(f"serve-env: {args.env_id} on http://{args.host}:{args.port} (OpenEnv /ws, /reset, /step; sessions at "
+    port = sock.getsockname()[1]  # the one the kernel picked under --port 0
+    spec = write_openenv_yaml(args.out, args.env_id, port, args.kwargs)
+    print(f"serve-env: {args.env_id} on http://{args.host}:{port} (OpenEnv /ws, /reset, /step; sessions at "
           f"/sessions; up to {args.max_sessions}); wrote {spec}", flush=True)
     web.run_app(server.app(), sock=sock, access_log=None, print=None)
     return 0

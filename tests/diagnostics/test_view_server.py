@@ -337,7 +337,7 @@ def test_cli_serves_on_a_free_port(tmp_path, tok):
         # a second viewer on the same port, and one on a missing folder, say what to do
         port = url.rstrip("/").rsplit(":", 1)[1]
         for args, message in [
-            ((str(run), "--port", port), "try --port 0"),
+            ((str(run), "--port", port), "pick another with --port"),
             (("nowhere",), "is not a folder"),
         ]:
             other = subprocess.run(
