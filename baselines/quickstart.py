@@ -54,27 +54,6 @@ def preset(model: str, algo: str) -> tuple[Path, Path]:
     return CONFIGS / f"sft_{model}.yaml", rl
 
 
-def tool_use_by_difficulty(samples_file: Path, tasks: Any, indices: range) -> dict[str, float]:
-    """Accuracy and tool use of an evaluation's episodes, split by whether the task needs the tool
-    (`needs_tool` in the task metadata; tasks without it count as needing it)."""
-    needs = {t.id: t.metadata.get("needs_tool", True) for t in (tasks[i] for i in indices)}
-    rows = [json.loads(line) for line in samples_file.read_text().splitlines() if line.strip()]
-    out: dict[str, float] = {}
-    for kind, wanted in (("hard", True), ("easy", False)):
-        picked = [r for r in rows if needs[r["task_id"]] == wanted]
-        if not picked:
-            continue
-        n = len(picked)
-        tooled = [r for r in picked if r["tool_calls"] > 0]
-        out[f"{kind}_accuracy"] = sum(r["correct"] for r in picked) / n
-        out[f"{kind}_tool_rate"] = len(tooled) / n
-        out[f"{kind}_tool_calls"] = sum(r["tool_calls"] for r in picked) / n
-        out[f"{kind}_accuracy_with_tool"] = (
-            sum(r["correct"] for r in tooled) / len(tooled) if tooled else float("nan")
-        )
-    return out
-
-
 def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, rl_steps: int | None = None,
                    eval_tasks: int = 64, algo: str = "grpo", seed: int = 0, model: str = "tiny",
                    resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
@@ -133,7 +112,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
         rows = []
         for kind, summary in evaluate_greedy_and_sampled(cfg, SAMPLES).items():
             label = f"{name} ({'greedy' if kind == 'greedy' else sampled})"
-            metrics = {**summary["metrics"], **tool_use_by_difficulty(folder / kind / "samples.jsonl", tasks, held_out)}
+            metrics = summary["metrics"]  # with the split by whether a task needs the tool
             print(f"{label}: pass@1 {metrics['pass@1']:.3f}  tool use on hard tasks "
                   f"{metrics.get('hard_tool_rate', float('nan')):.2f}", flush=True)
             rows.append({"label": label, **metrics})

@@ -57,7 +57,8 @@ def tool_use_by_need(samples: Iterable[Mapping], needs_tool: Mapping[str, bool],
     task id to the `needs_tool` key of its metadata (docs/envs.md), and samples of other tasks count
     in neither half. `hard_*` are the tasks that need one, `easy_*` those that do not; per half,
     `*_tool_rate` is the share of episodes with at least one tool call, `*_tool_calls` the calls per
-    episode and `*_accuracy` the share of episodes right. A half without episodes has no keys.
+    episode, `*_accuracy` the share of episodes right and `*_accuracy_with_tool` that share among the
+episodes with a tool call (absent when there are none). A half without episodes has no keys.
 
     >>> rows = [{"task_id": "a", "correct": 1.0, "tool_calls": 0}, {"task_id": "b", "correct": 0.0, "tool_calls": 2}]
     >>> split = tool_use_by_need(rows, {"a": False, "b": True})
@@ -73,4 +74,7 @@ def tool_use_by_need(samples: Iterable[Mapping], needs_tool: Mapping[str, bool],
             out[f"{half}_accuracy"] = sum(float(s[correct_key]) > 0 for s in picked) / n
             out[f"{half}_tool_rate"] = sum(s["tool_calls"] > 0 for s in picked) / n
             out[f"{half}_tool_calls"] = sum(float(s["tool_calls"]) for s in picked) / n
+            tooled = [s for s in picked if s["tool_calls"] > 0]
+            if tooled:
+                out[f"{half}_accuracy_with_tool"] = sum(float(s[correct_key]) > 0 for s in tooled) / len(tooled)
     return out

@@ -27,9 +27,14 @@ def test_split_by_need_by_hand():
     ]
     out = tool_use_by_need(samples, {"e1": False, "e2": False, "h1": True})
     assert out == {"easy_accuracy": 3 / 4, "easy_tool_rate": 2 / 4, "easy_tool_calls": 3 / 4,
-                   "hard_accuracy": 1 / 2, "hard_tool_rate": 1 / 2, "hard_tool_calls": 1 / 2}
+                   "easy_accuracy_with_tool": 1 / 2,  # e1's needless call was right, e2's two calls were not
+                   "hard_accuracy": 1 / 2, "hard_tool_rate": 1 / 2, "hard_tool_calls": 1 / 2,
+                   "hard_accuracy_with_tool": 1.0}
     # a half without episodes has no keys, and tasks without the key give none at all
-    assert set(tool_use_by_need(samples[4:6], {"h1": True})) == {"hard_accuracy", "hard_tool_rate", "hard_tool_calls"}
+    assert set(tool_use_by_need(samples[4:6], {"h1": True})) == {
+        "hard_accuracy", "hard_tool_rate", "hard_tool_calls", "hard_accuracy_with_tool"}
+    # no episode with a tool call: no accuracy with the tool (rather than a NaN in strict JSON)
+    assert "easy_accuracy_with_tool" not in tool_use_by_need([_episode("e1", 1.0, 0)], {"e1": False})
     assert tool_use_by_need(samples, {}) == {}
 
 
