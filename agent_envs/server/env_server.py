@@ -33,7 +33,6 @@ import collections
 import contextlib
 import json
 import logging
-import socket
 import sys
 import time
 import uuid
@@ -45,6 +44,7 @@ import gymnasium as gym
 from aiohttp import WSMsgType, web
 
 from agent_envs.server import env_wire as wire
+from agent_envs.server.serving import AppServer, bind, serve_until_signal
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Session:
                 "task_id": self.task_id, "done": self.done, "tool_calls": self.tool_calls}
 
 
-class EnvServer:
+class EnvServer(AppServer):
     """An aiohttp app serving one registered env id.
 
     Args:
@@ -88,6 +88,8 @@ class EnvServer:
         idle_timeout_s: a session without a request for this long is closed (None: never).
         max_batch: most steps in one `POST /sessions/step`.
     """
+
+    backlog = 4096  # a burst of rollout workers connecting at once (see the retrieval server)
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, max_sessions: int = 1024,
                  idle_timeout_s: float | None = 600.0, max_batch: int = 4096) -> None:
@@ -108,8 +110,6 @@ class EnvServer:
         self.template = self._template({})
         self.stats = {"sessions_opened": 0, "sessions_expired": 0, "steps": 0, "rejected": 0}
         self._reaper: asyncio.Task | None = None
-        self._runner: web.AppRunner | None = None
-        self.url: str | None = None
 
     # -- envs and sessions --------------------------------------------------------------------------
 
@@ -481,23 +481,6 @@ class EnvServer:
                 await session.ws.close()
         return wire.json({"session_id": session_id, "closed": True})
 
-    # -- running ----------------------------------------------------------------------------------
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve in the running loop; returns the base URL (port 0 picks a free port)."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=4096)
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.url = f"http://{host}:{sockets[0].getsockname()[1] if sockets else port}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
 
 @web.middleware
 async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -566,14 +549,12 @@ def serve(args: argparse.Namespace) -> int:
                            idle_timeout_s=args.idle_timeout if args.idle_timeout > 0 else None)
     except (ValueError, wire.RequestError) as exc:
         raise SystemExit(f"serve-env: {getattr(exc, 'detail', exc)}") from None
-    # the port is taken before openenv.yaml is written: a port in use leaves nothing behind
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.create_server((args.host, args.port), family=family, backlog=4096)
+    sock = bind(args.host, args.port, server.backlog)  # before openenv.yaml: a port in use leaves nothing behind
     port = sock.getsockname()[1]  # the one the kernel picked under --port 0
     spec = write_openenv_yaml(args.out, args.env_id, port, args.kwargs)
-    print(f"serve-env: {args.env_id} on http://{args.host}:{port} (OpenEnv /ws, /reset, /step; sessions at "
-          f"/sessions; up to {args.max_sessions}); wrote {spec}", flush=True)
-    web.run_app(server.app(), sock=sock, access_log=None, print=None)
+    serve_until_signal(server, args.host, sock, lambda url: (
+        f"serve-env: {args.env_id} on {url} (OpenEnv /ws, /reset, /step; sessions at /sessions; up to "
+        f"{args.max_sessions}); wrote {spec}"))
     return 0
 
 

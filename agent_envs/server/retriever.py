@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from agent_envs.retrieval import BM25Backend, Hit, SearchBackend
+from agent_envs.server.serving import AppServer, bind, serve_until_signal
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class _Pending:
     future: asyncio.Future = field(repr=False)
 
 
-class RetrieverServer:
+class RetrieverServer(AppServer):
     """An aiohttp app around a `SearchBackend`, batching concurrent requests.
 
     Args:
@@ -59,6 +60,8 @@ class RetrieverServer:
         max_batch_queries: a batch is sent as soon as it holds this many queries.
         max_topk: requests asking for more are capped (protects the server).
     """
+
+    backlog = DEFAULT_BACKLOG
 
     def __init__(
         self,
@@ -76,8 +79,6 @@ class RetrieverServer:
         self.stats = {"requests": 0, "queries": 0, "batches": 0, "max_batch_requests": 0, "errors": 0}
         self._queue: asyncio.Queue[_Pending] | None = None
         self._batcher: asyncio.Task | None = None
-        self._runner: web.AppRunner | None = None
-        self.url: str | None = None
 
     # -- the app ----------------------------------------------------------------------------------
 
@@ -191,23 +192,6 @@ class RetrieverServer:
 
     # -- running ----------------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_BACKLOG) -> str:
-        """Serve in the running loop; returns the base URL (port 0 picks a free port)."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=backlog)
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        bound = sockets[0].getsockname()[1] if sockets else port
-        self.url = f"http://{host}:{bound}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-
 def _entry(hit: Hit, return_scores: bool) -> dict[str, Any]:
     doc = {"id": hit.id, "contents": hit.contents, "title": hit.title, "text": hit.text}
     if hit.url:
@@ -241,19 +225,17 @@ def serve(args: argparse.Namespace) -> int:
     """`agent-envs serve-retriever`: build or load the index, then serve until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     open_files = raise_open_file_limit()
+    sock = bind(args.host, args.port, args.backlog)  # a port in use is said before the index is built
     start = time.perf_counter()
     try:
         backend = BM25Backend.from_jsonl(args.corpus, cache_dir=args.cache_dir)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"serve-retriever: {exc}") from None
-    print(
-        f"serve-retriever: {len(backend)} passages from {args.corpus} ready in "
-        f"{time.perf_counter() - start:.1f} s; listening on http://{args.host}:{args.port}/retrieve "
-        f"(backlog {args.backlog}, up to {open_files} open files)",
-        flush=True,
-    )
+    ready = time.perf_counter() - start
     server = RetrieverServer(backend, default_topk=args.topk, batch_window_ms=args.batch_window_ms)
-    web.run_app(server.app(), host=args.host, port=args.port, backlog=args.backlog, access_log=None, print=None)
+    serve_until_signal(server, args.host, sock, lambda url: (
+        f"serve-retriever: {len(backend)} passages from {args.corpus} ready in {ready:.1f} s; listening on "
+        f"{url}/retrieve (backlog {args.backlog}, up to {open_files} open files)"))
     return 0
 
 

@@ -41,11 +41,13 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
 from aiohttp import web
 
+from agent_envs.server.serving import AppServer, bind, serve_until_signal
 from agent_envs.tools.sandbox import SandboxConfig
 from agent_envs.tools.sandbox.local import LocalSandbox, WorkerError
 
@@ -54,7 +56,7 @@ log = logging.getLogger(__name__)
 MAX_CODE_BYTES = 1024 * 1024
 
 
-class SandboxServer:
+class SandboxServer(AppServer):
     """An aiohttp app around a `LocalSandbox` with `config.pool_size` workers.
 
     Args:
@@ -77,8 +79,6 @@ class SandboxServer:
         self._queued = 0
         self._stopping = False
         self._idle: asyncio.Event | None = None
-        self._runner: web.AppRunner | None = None
-        self.url: str | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_CODE_BYTES + 4096)
@@ -172,24 +172,17 @@ class SandboxServer:
         await asyncio.get_running_loop().run_in_executor(None, self._sandbox.close)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None) -> str:
         """Start the workers, then serve in the running loop; returns the base URL (port 0 picks a
         free port)."""
         await asyncio.get_running_loop().run_in_executor(None, self._sandbox.start)
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.url = f"http://{host}:{sockets[0].getsockname()[1] if sockets else port}"
-        return self.url
+        return await super().start(host, port, sock=sock)
 
     async def stop(self) -> None:
         """Graceful: stop accepting, finish the calls in flight, stop the workers."""
+        log.info("sandbox service: stopping (%d calls in flight)", self._in_flight + self._queued)
         await self.drain()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await super().stop()
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -199,13 +192,8 @@ def _error(status: int, message: str) -> web.Response:
 # -- command line ----------------------------------------------------------------------------------
 
 
-async def _serve(server: SandboxServer, host: str, port: int) -> None:
-    url = await server.start(host, port)
-    print(f"serve-sandbox: {server.workers} workers; listening on {url}/execute", flush=True)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+def _serve(server: SandboxServer, host: str, port: int) -> None:
+    sock = bind(host, port)  # before the workers start: a port in use starts nothing
     restarts: set[asyncio.Task] = set()
 
     def restart() -> None:
@@ -213,10 +201,8 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
         restarts.add(task)
         task.add_done_callback(restarts.discard)
 
-    loop.add_signal_handler(signal.SIGHUP, restart)
-    await stop.wait()
-    log.info("sandbox service: stopping (%d calls in flight)", server._in_flight + server._queued)
-    await server.stop()
+    serve_until_signal(server, host, sock, lambda url: f"serve-sandbox: {server.workers} workers; listening on "
+                       f"{url}/execute", on_signal={signal.SIGHUP: restart})
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -237,7 +223,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"serve-sandbox: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(SandboxServer(config, max_queue=args.max_queue), args.host, args.port))
+        _serve(SandboxServer(config, max_queue=args.max_queue), args.host, args.port)
     except WorkerError as exc:
         print(f"serve-sandbox: the workers did not start: {exc}", file=sys.stderr)
         return 2

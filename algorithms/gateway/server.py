@@ -33,13 +33,13 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import time
 import uuid
 from typing import Any
 
 from aiohttp import web
 
+from agent_envs.server.serving import AppServer, bind, serve_until_signal
 from algorithms.gateway.sessions import Session, SessionLog, StitchedTrajectory
 from algorithms.rollout.engine import SamplingParams
 
@@ -98,7 +98,7 @@ def _template_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-class Gateway:
+class Gateway(AppServer):
     """The aiohttp app: chat and text completions over one engine, recorded per session."""
 
     def __init__(self, engine: Any, model_name: str = "policy", sessions: SessionLog | None = None,
@@ -107,7 +107,6 @@ class Gateway:
         self.tokenizer = engine.tokenizer
         self.model_name = model_name
         self.sessions = sessions or SessionLog()
-        self._runner: web.AppRunner | None = None
         self._locks: dict[str, asyncio.Lock] = {}  # one call of a session at a time
         self.gate: Any = None  # training: a `Gate` that holds calls while the learner updates
         self.max_response_tokens = max_response_tokens  # training: a session's token budget
@@ -127,21 +126,6 @@ class Gateway:
         app.router.add_get("/drift", self._drift)
         app.router.add_get("/health", self._health)
         return app
-
-    async def start(self, host: str = "127.0.0.1", port: int = 8200, sock: socket.socket | None = None) -> str:
-        """Serve on `host:port`, or on `sock`, a socket already bound there; returns the URL."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port) if sock is None else web.SockSite(self._runner, sock)
-        await site.start()
-        bound = site._server.sockets[0].getsockname()[1]  # port 0: the one the OS chose
-        self.url = f"http://{host}:{bound}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     # -- handlers -----------------------------------------------------------------------------
 
@@ -314,21 +298,11 @@ def _serve(args: argparse.Namespace) -> int:
     from algorithms.models.resolve import resolve_model
     from algorithms.rollout.engines import make_engine
 
-    # the port first: one in use is said at once, not after the model has loaded
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.create_server((args.host, args.port), family=family)
+    sock = bind(args.host, args.port)  # the port first: one in use is said at once, not after the model loads
     folder = resolve_model(args.model)
     engine = make_engine(args.engine, folder, tokenizer=folder, base_url=args.base_url)
-    gateway = Gateway(engine, model_name=args.model)
-
-    async def run() -> None:
-        url = await gateway.start(args.host, args.port, sock=sock)
-        print(f"gateway: {url}/s/<session>/v1 (OpenAI-compatible); rewards: POST {url}/sessions/<id>/reward",
-              flush=True)
-        await asyncio.Event().wait()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+    serve_until_signal(Gateway(engine, model_name=args.model), args.host, sock, lambda url: (
+        f"gateway: {url}/s/<session>/v1 (OpenAI-compatible); rewards: POST {url}/sessions/<id>/reward"))
     return 0
 
 

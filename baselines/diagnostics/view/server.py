@@ -27,8 +27,6 @@ mean entropy of its tokens. See docs/diagnostics.md (Viewer).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import math
 import re
 from collections.abc import Iterator
@@ -37,6 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agent_envs.server.serving import AppServer, bind, serve_until_signal, start_app
 from baselines.diagnostics.runs import CALL_END, EVAL_SAMPLES, INSERTED_RESULT, Run, find_runs, run_tokenizer
 
 STATIC = Path(__file__).parent / "static"
@@ -463,27 +462,22 @@ def make_app(root: str | Path) -> web.Application:
 
 async def start(root: str | Path, port: int = DEFAULT_PORT) -> tuple[web.AppRunner, str]:
     """Serve on 127.0.0.1 (port 0: a free one); returns the runner (`cleanup()` stops it) and the URL."""
-    runner = web.AppRunner(make_app(root), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    host, bound = runner.addresses[0][:2]
-    return runner, f"http://{host}:{bound}/"
+    runner, url = await start_app(make_app(root), "127.0.0.1", port)
+    return runner, f"{url}/"
+
+
+class _Viewer(AppServer):
+    def __init__(self, root: str | Path) -> None:
+        self.root = root
+
+    def app(self) -> web.Application:
+        return make_app(self.root)
 
 
 def serve(root: str | Path, port: int = DEFAULT_PORT) -> None:
     """Serve until interrupted."""
-
-    async def main() -> None:
-        runner, url = await start(root, port)
-        print(f"agent-envs view: {url}  (Ctrl-C stops)", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
-
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it stops
-        asyncio.run(main())
+    serve_until_signal(_Viewer(root), "127.0.0.1", bind("127.0.0.1", port),
+                       lambda url: f"agent-envs view: {url}/  (Ctrl-C stops)")
 
 
 def add_cli(subparsers: Any) -> None:

@@ -1,0 +1,105 @@
+"""Start and stop an aiohttp app: the one way every server of the package does it.
+
+The retrieval server, the env server, the sandbox server, the gateway and the run viewer are
+`AppServer`s (or, for the viewer, call `start_app`): `start()` serves in the running loop and
+returns the base URL with the port actually bound, so port 0 picks a free one and says which;
+`stop()` closes the connections and runs the app's cleanup. On the command line the port is taken
+first with `bind` (a port in use is the command's one error line before an index is built, a model
+loaded or a file written), then `serve_until_signal` serves on it until SIGINT or SIGTERM and stops
+gracefully.
+
+    >>> import asyncio, urllib.request
+    >>> from aiohttp import web
+    >>> async def hello(request):
+    ...     return web.Response(text="hello")
+    >>> class Hello(AppServer):
+    ...     def app(self) -> web.Application:
+    ...         app = web.Application()
+    ...         app.router.add_get("/", hello)
+    ...         return app
+    >>> async def main():
+    ...     server = Hello()
+    ...     url = await server.start(port=0)
+    ...     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read())
+    ...     await server.stop()
+    ...     return body
+    >>> asyncio.run(main())
+    b'hello'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from collections.abc import Callable
+
+from aiohttp import web
+
+DEFAULT_BACKLOG = 128  # the kernel's queue of connections not yet accepted (Python's own default)
+
+
+def bind(host: str, port: int, backlog: int = DEFAULT_BACKLOG) -> socket.socket:
+    """A listening socket on `host:port` (port 0: a free one). A port in use raises the OSError
+    (EADDRINUSE) that `agent-envs` turns into one line naming the port and `--port`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=backlog)
+
+
+async def start_app(app: web.Application, host: str = "127.0.0.1", port: int = 0, *,
+                    sock: socket.socket | None = None,
+                    backlog: int = DEFAULT_BACKLOG) -> tuple[web.AppRunner, str]:
+    """Serve `app` in the running loop on `sock`, or on `host:port`; returns the runner
+    (`cleanup()` stops it) and the base URL with the port bound."""
+    sock = sock or bind(host, port, backlog)  # before the app's startup: a port in use starts nothing
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner, f"http://{host}:{sock.getsockname()[1]}"
+
+
+class AppServer:
+    """A server that builds its aiohttp app in `app()`; start and stop are here."""
+
+    backlog = DEFAULT_BACKLOG
+    url: str | None = None
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None) -> str:
+        """Serve in the running loop on `sock`, or on `host:port`; returns the base URL (port 0
+        picks a free port, and the URL names it)."""
+        self._runner, self.url = await start_app(self.app(), host, port, sock=sock, backlog=self.backlog)
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def serve_until_signal(server: AppServer, host: str, sock: socket.socket, announce: Callable[[str], str],
+                       on_signal: dict[int, Callable[[], None]] | None = None) -> None:
+    """Serve on `sock` until SIGINT or SIGTERM, then stop gracefully. `announce(url)` is the line
+    printed once serving (its URL names the port bound, the real one under `--port 0`);
+    `on_signal` handles further signals (the sandbox server restarts its workers on SIGHUP)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopped.set)
+        for sig, handler in (on_signal or {}).items():
+            loop.add_signal_handler(sig, handler)
+        try:
+            print(announce(await server.start(host, sock=sock)), flush=True)
+            await stopped.wait()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+__all__ = ["DEFAULT_BACKLOG", "AppServer", "bind", "serve_until_signal", "start_app"]
