@@ -6,7 +6,7 @@ returns the base URL with the port actually bound, so port 0 picks a free one an
 `stop()` closes the connections and runs the app's cleanup. On the command line the port is taken
 first with `bind` (a port in use is the command's one error line before an index is built, a model
 loaded or a file written), then `serve_until_signal` serves on it until SIGINT or SIGTERM and stops
-gracefully.
+gracefully. `InThread` serves from a background thread, for a caller that blocks.
 
     >>> import asyncio, urllib.request
     >>> from aiohttp import web
@@ -32,9 +32,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from aiohttp import web
+
+T = TypeVar("T")
 
 DEFAULT_BACKLOG = 128  # the kernel's queue of connections not yet accepted (Python's own default)
 
@@ -80,6 +84,44 @@ class AppServer:
             self._runner = None
 
 
+class InThread:
+    """`server` served from its own event loop on a daemon thread, for a synchronous caller whose
+    blocking calls must not stall the server's loop (a training process holding the gateway, a
+    test's client). `close()` (or leaving the `with`) stops it gracefully."""
+
+    def __init__(self, server: AppServer, host: str = "127.0.0.1", port: int = 0, name: str = "agent-envs-server"):
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+        try:
+            self.url = self.call(server.start(host, port))
+        except BaseException:
+            self._end()
+            raise
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = 60) -> T:
+        """Run `coro` on the server's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def close(self) -> None:
+        try:
+            self.call(self.server.stop())
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+    def __enter__(self) -> InThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def serve_until_signal(server: AppServer, host: str, sock: socket.socket, announce: Callable[[str], str],
                        on_signal: dict[int, Callable[[], None]] | None = None) -> None:
     """Serve on `sock` until SIGINT or SIGTERM, then stop gracefully. `announce(url)` is the line
@@ -102,4 +144,4 @@ def serve_until_signal(server: AppServer, host: str, sock: socket.socket, announ
     asyncio.run(main())
 
 
-__all__ = ["DEFAULT_BACKLOG", "AppServer", "bind", "serve_until_signal", "start_app"]
+__all__ = ["DEFAULT_BACKLOG", "AppServer", "InThread", "bind", "serve_until_signal", "start_app"]

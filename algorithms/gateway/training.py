@@ -11,10 +11,10 @@ group; everything after collection (advantages, loss, update, sync) is the learn
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any
 
+from agent_envs.server.serving import InThread
 from algorithms.gateway.server import Gateway
 from algorithms.gateway.sessions import to_trajectories
 
@@ -57,9 +57,8 @@ class GatewaySource:
         self.gateway = Gateway(engine, model_name=model_name, max_response_tokens=max_response_tokens)
         self.gateway.gate = self.gate = Gate()
         self.timeout_s = timeout_s
-        self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="agent-envs-gateway", daemon=True).start()
-        self.url = asyncio.run_coroutine_threadsafe(self.gateway.start(host, port), self._loop).result()
+        self._served = InThread(self.gateway, host, port, name="agent-envs-gateway")
+        self.url = self._served.url
         self._next_traj_id = 0
 
     def trajectories(self, sessions: int) -> tuple[list[Any], dict[str, float]]:
@@ -76,8 +75,7 @@ class GatewaySource:
                        "gateway/drift_calls": float(drift)}
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._served.close()
 
 
 __all__ = ["GatewaySource"]

@@ -6,7 +6,6 @@ The engine is the real HF engine on the locally built tiny model; the agent harn
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_envs.server.serving import InThread
 from algorithms.gateway.server import Gateway
 from algorithms.gateway.sessions import SessionLog, to_trajectories
 from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT, build_tiny_model
@@ -44,20 +44,6 @@ def engine():
 
     torch.set_num_threads(1)
     return HFEngine(build_tiny_model(seed=0, warmup_steps=150), seed=0)
-
-
-class Running:
-    """A gateway served from a background loop, as a user's training process would hold it."""
-
-    def __init__(self, gateway: Gateway):
-        self.gateway = gateway
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.url = asyncio.run_coroutine_threadsafe(gateway.start(port=0), self.loop).result()
-
-    def close(self):
-        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop).result()
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def post(url: str, body) -> tuple[int, dict]:
@@ -97,7 +83,7 @@ def math_tasks(n: int, prefix: str = "s") -> tuple[list[dict], list[int]]:
 @pytest.mark.slow
 def test_stitched_trajectories_hold_exactly_the_engines_tokens(engine, tmp_path):
     recorder = RecordingEngine(engine)
-    running = Running(Gateway(recorder))
+    running = InThread(Gateway(recorder))
     try:
         tasks, indices = math_tasks(3)
         run_agent(running.url, tasks, tmp_path)
@@ -105,7 +91,7 @@ def test_stitched_trajectories_hold_exactly_the_engines_tokens(engine, tmp_path)
             status, graded = post(f"{running.url}/sessions/{task['session']}/reward",
                                   {"env": "AgentMath-v0", "index": index})
             assert status == 200 and "correct" in graded["components"]
-        sessions = running.gateway.sessions
+        sessions = running.server.sessions
         assert sessions.drift_report() == []
         multi_call = 0
         for task in tasks:
@@ -151,12 +137,12 @@ def test_drift_report_catches_a_template_that_breaks_the_prefix(engine, tmp_path
     if strips:
         recorder.tokenizer = copy.copy(engine.tokenizer)
         recorder.tokenizer.chat_template = strip_think(engine.tokenizer.chat_template)
-    running = Running(Gateway(recorder))
+    running = InThread(Gateway(recorder))
     try:
         tasks, _ = math_tasks(2, prefix="chat")
         finals = run_agent(running.url, tasks, tmp_path, "--chat-turns")
         assert all("<think>" in f for f in finals.values()), "the model wrote no <think>: nothing to strip"
-        drift = running.gateway.sessions.drift_report()
+        drift = running.server.sessions.drift_report()
         if strips:
             assert drift and all(d["session"].startswith("chat") for d in drift)
             # the texts part where the earlier turn lost its reasoning
@@ -168,7 +154,7 @@ def test_drift_report_catches_a_template_that_breaks_the_prefix(engine, tmp_path
 
 
 def test_bad_requests_get_a_reason_and_the_gateway_keeps_serving(engine):
-    running = Running(Gateway(engine))
+    running = InThread(Gateway(engine))
     try:
         base = running.url + "/s/x/v1/chat/completions"
         assert post(base, b"{not json")[0] == 400

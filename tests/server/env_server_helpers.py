@@ -3,11 +3,8 @@ and raw HTTP calls that know nothing of our client."""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,35 +14,15 @@ import gymnasium as gym
 
 import agent_envs  # noqa: F401  (registers the ids)
 from agent_envs.server.env_server import EnvServer
+from agent_envs.server.serving import InThread
 
 
 @contextlib.contextmanager
 def serving(env_id: str = "AgentMath-v0", **server_kwargs: Any) -> Iterator[tuple[str, EnvServer]]:
     """A real server on a free port, on its own event loop and thread, so that the synchronous
     client calls of a test (which block the test's loop) never wait on the server's loop."""
-    loop = asyncio.new_event_loop()
-    server = EnvServer(env_id, **server_kwargs)
-    started: concurrent.futures.Future[str] = concurrent.futures.Future()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            started.set_result(loop.run_until_complete(server.start(port=0)))
-        except BaseException as exc:  # noqa: BLE001  (handed to the test thread)
-            started.set_exception(exc)
-            return
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    url = started.result(timeout=60)
-    try:
-        yield url, server
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
+    with InThread(EnvServer(env_id, **server_kwargs)) as served:
+        yield served.url, served.server
 
 
 def call(method: str, url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any, dict]:

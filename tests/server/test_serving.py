@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from agent_envs.cli import describe_mistake
-from agent_envs.server.serving import AppServer, bind
+from agent_envs.server.serving import AppServer, InThread, bind
 from tests.servers import REPO
 
 
@@ -87,6 +87,15 @@ async def test_a_socket_bound_first_is_the_one_served():
         assert await asyncio.to_thread(_get, url + "/") == b"hello"
     finally:
         await server.stop()
+
+
+def test_a_server_in_a_thread_answers_blocking_calls_and_stops():
+    with InThread(_Hello()) as served:
+        assert _get(served.url + "/") == b"hello"  # a blocking call from this thread
+        assert served.server.started == 1
+    assert served.server.cleaned == 1 and served.loop.is_closed()
+    with pytest.raises(OSError):
+        _get(served.url + "/")
 
 
 def _folder(tmp: Path) -> Path:
