@@ -12,6 +12,7 @@ from transformers.utils import get_json_schema
 
 import agent_envs  # noqa: F401  (registers the env ids)
 from agent_envs.interop.trl import ENDED, TrlEnv, answer, env_reward, trl_environment
+from agent_envs.remote.env_client import EnvServerError
 from tests.server.env_server_helpers import serving
 
 
@@ -83,7 +84,7 @@ def test_the_same_gold_episode_against_serve_env_earns_reward_1():
         assert [env.python(code=c) for c in code] == _local_outputs(code), "the tools run on the server alike"
         assert env_reward(completions=[gold_answer], environments=[env]) == [1.0]
         env.env.close()
-    with pytest.raises(Exception, match="AgentMath-v0"), serving("AgentQA-v0") as (url, _):
+    with pytest.raises(EnvServerError, match="serves AgentQA-v0, not AgentMath-v0"), serving("AgentQA-v0") as (url, _):
         trl_environment("AgentMath-v0", url=url)
 
 
