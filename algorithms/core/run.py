@@ -33,6 +33,9 @@ def run_training(learner: Any, resume: str | os.PathLike | bool | None = None,
     `resume` continues it (with the same config) or `overwrite` removes it (run_folder.py)."""
     cfg, acc = learner.config, learner.accelerator
     claim_run_folder(learner.run_dir, "train", config=run_config(learner), resume=bool(resume), overwrite=overwrite)
+    # every rank looks at the folder before any rank writes into it: a rank that looked after the
+    # main one wrote config.json would take this very run for another one
+    acc.wait_for_everyone()
     start = resolve_resume(resume, learner.run_dir)
     if start is not None:
         state = load_checkpoint(acc, start)
