@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent
 collect_ignore = [
     "agent_envs/tools/sandbox/worker.py",
     "agent_envs/rewards/_symbolic_worker.py",
+    "tests/interop/trl_grpo.py",  # a script for TRL's own venv: importing it runs the training
 ]
 collect_ignore_glob = ["tests/conftest.py", "tests/*/conftest.py"]
 
