@@ -233,6 +233,7 @@ def serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"serve-retriever: {exc}") from None
     ready = time.perf_counter() - start
     server = RetrieverServer(backend, default_topk=args.topk, batch_window_ms=args.batch_window_ms)
+    server.backlog = args.backlog
     serve_until_signal(server, args.host, sock, lambda url: (
         f"serve-retriever: {len(backend)} passages from {args.corpus} ready in {ready:.1f} s; listening on "
         f"{url}/retrieve (backlog {args.backlog}, up to {open_files} open files)"))

@@ -58,7 +58,9 @@ async def start_app(app: web.Application, host: str = "127.0.0.1", port: int = 0
     sock = sock or bind(host, port, backlog)  # before the app's startup: a port in use starts nothing
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    # the site listens again on the socket it is given: with its own default (128) it would
+    # shrink the queue that bind() set
+    await web.SockSite(runner, sock, backlog=backlog).start()
     return runner, f"http://{host}:{sock.getsockname()[1]}"
 
 
