@@ -9,10 +9,8 @@ with torch held at the installed version (never a CUDA wheel).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,7 +21,7 @@ import torch
 
 from algorithms.models.tiny import build_tiny_model
 from tests.servers import free_port, running_server
-from tests.tools.mcp_support import OFFLINE_MARKERS, venv_root
+from tests.tools.mcp_support import PyPIUnreachable, server_venv
 
 TRL = "trl==1.16.0"  # docs/interop.md names the same pin
 HERE = Path(__file__).parent
@@ -31,35 +29,22 @@ HERE = Path(__file__).parent
 
 def trl_venv() -> Path:
     """The venv with `TRL` on top of this interpreter's packages, built on first use and reused."""
-    folder = venv_root() / TRL.replace("==", "-")
-    if (folder / ".complete").is_file():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / (folder.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (folder / ".complete").is_file():
-            return folder
-        shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True)
-        python = folder / "bin" / "python"
-        site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+
+    def see_our_packages(folder: Path) -> list[str]:
+        site = subprocess.run([folder / "bin" / "python", "-c",
+                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
         # after the venv's own site-packages: what pip installs there wins over ours
         ours = sysconfig.get_paths()["purelib"]
         Path(site, "agent_envs_base.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-        constraint = folder / "constraints.txt"
+        constraint = folder / "constraints.txt"  # never a CUDA build of torch
         constraint.write_text(f"torch=={torch.__version__}\n")
-        pip = subprocess.run([python, "-m", "pip", "install", "-q", TRL, "-c", str(constraint)],
-                             capture_output=True, text=True, timeout=900)
-        if pip.returncode != 0:
-            output = pip.stdout + pip.stderr
-            lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
-            why = lines[-1] if lines else f"pip exited with {pip.returncode}"
-            if any(marker in output for marker in OFFLINE_MARKERS):
-                pytest.skip(f"PyPI cannot be reached to install {TRL}: {why}")
-            raise RuntimeError(f"pip install {TRL} failed: {why}")
-        (folder / ".complete").write_text(TRL + "\n")
-    return folder
+        return ["-c", str(constraint)]
+
+    try:
+        return server_venv(TRL, python=sys.executable, prepare=see_our_packages)
+    except PyPIUnreachable as exc:
+        pytest.skip(str(exc))
 
 
 def grpo(python: Path, model: Path, out: Path, url: str | None) -> dict:

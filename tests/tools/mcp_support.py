@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CALCULATOR = "mcp-server-calculator==0.2.1"
@@ -31,8 +32,11 @@ def venv_root() -> Path:
     return Path(os.environ.get("AGENT_ENVS_MCP_VENVS") or ROOT / ".cache" / "mcp-venvs")
 
 
-def server_venv(requirement: str = CALCULATOR) -> Path:
-    """The venv with `requirement` installed, built on first use (a minute) and reused after."""
+def server_venv(requirement: str = CALCULATOR, *, python: str | None = None,
+                prepare: Callable[[Path], list[str]] | None = None) -> Path:
+    """The venv with `requirement` installed, built on first use (a minute) and reused after.
+    `python` makes it (default: our base interpreter), and `prepare(folder)`, run before pip, may
+    set it up further and return more pip arguments (a constraint file, say)."""
     folder = venv_root() / requirement.replace("==", "-")
     if (folder / ".complete").is_file():
         return folder
@@ -44,9 +48,10 @@ def server_venv(requirement: str = CALCULATOR) -> Path:
         if (folder / ".complete").is_file():  # another process built it while we waited
             return folder
         shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run([_base_python(), "-m", "venv", str(folder)], check=True, capture_output=True)
-        pip = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
-                             capture_output=True, text=True, timeout=600)
+        subprocess.run([python or _base_python(), "-m", "venv", str(folder)], check=True, capture_output=True)
+        extra = prepare(folder) if prepare is not None else []
+        pip = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement, *extra],
+                             capture_output=True, text=True, timeout=900)
         if pip.returncode != 0:
             output = pip.stdout + pip.stderr
             lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
