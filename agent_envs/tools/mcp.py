@@ -13,9 +13,12 @@ What a call can go wrong with becomes a failed `ToolResult` the model reads, nev
 out of `step`: arguments that are not the tool's (`bad_arguments`), a tool the server does not
 have (`unknown_tool`), a server that cannot start (`server_unavailable`) or exits mid-call
 (`server_died`; it is started again on the next call), a call over its time budget (`timeout`;
-the connection is dropped so a stuck server cannot hold later calls), and the tool's own errors
-(`tool_error`). A server runs in its own process (stdio) or elsewhere (HTTP), so it may pin any
-`mcp` version; this client needs `mcp>=2.3` (the `mcp` extra).
+the connection is dropped so a stuck server cannot hold later calls), a server that refuses our
+protocol version (`unsupported_protocol`) or answers with what is not MCP (`bad_output`), and the
+tool's own errors (`tool_error`). A server runs in its own process (stdio) or elsewhere (HTTP), so
+it may pin any `mcp` version and speak either MCP protocol version (the 2026-07-28 one, or the
+handshake of 2025-11-25 and older: `protocol=` in `McpConnection`); this client needs `mcp>=2.3`
+(the `mcp` extra).
 
 Calls are recorded and replayed by `ToolRecording` like any tool's; with the tool listing saved
 (`save_listing`) and given back (`listing=`), a replayed evaluation starts no server at all.
@@ -26,14 +29,8 @@ directions: these tools in an env, and our tools served with `agent-envs serve-m
 from __future__ import annotations
 
 import ast
-import asyncio
-import contextlib
 import json
 import re
-import shlex
-import tempfile
-import threading
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ from typing import Any
 import gymnasium as gym
 
 from agent_envs.base.tool import Tool, ToolResult
+from agent_envs.tools.mcp_connection import McpCallError, McpConnection
 from agent_envs.tools.python import truncate_middle
 
 # Names that are safe as a tag and a stop string (`</name>`), and as a function name.
@@ -49,231 +47,6 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
     "array": (list,), "object": (dict,), "null": (type(None),),
 }
-
-
-class McpCallError(Exception):
-    """A call that failed for a reason the model should read; `kind` is `ToolResult.error`."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class McpConnection:
-    """One MCP server and the session to it, opened on first use and reopened after a failure.
-
-    The SDK's session lives in anyio task groups that must be entered and left by one task on one
-    event loop, while env steps come from any loop (the env's background loop, a caller's
-    `astep`, `Tool.run`). So the session is held by a task on a loop of its own, in a daemon
-    thread, and calls cross over to it.
-
-    `server`: a URL (`http://host:port/mcp`, streamable HTTP) or a command line (a string, split
-    like a shell would, or a list) that starts a stdio server. `env` adds environment variables.
-    """
-
-    def __init__(
-        self,
-        server: str | Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        connect_timeout_s: float = 60.0,
-    ) -> None:
-        if isinstance(server, str) and server.startswith(("http://", "https://")):
-            self.url: str | None = server
-            self.argv: list[str] = []
-        else:
-            self.url = None
-            self.argv = shlex.split(server) if isinstance(server, str) else [str(a) for a in server]
-            if not self.argv:
-                raise ValueError("McpConnection needs a server: a URL (http://...) or a command line, got nothing")
-        # short enough for an observation: the program's name, not its whole path
-        self.label = self.url or " ".join([Path(self.argv[0]).name, *self.argv[1:]])[:80]
-        self.env = dict(env or {})
-        self.cwd = cwd
-        self.connect_timeout_s = connect_timeout_s
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: asyncio.Future | None = None  # resolves to the connected client
-        self._stop: asyncio.Event | None = None
-        self._errlog: Any = None
-        self._finalizer = weakref.finalize(self, _stop_loop, self.__dict__)
-
-    def __repr__(self) -> str:
-        return f"McpConnection({self.label!r})"
-
-    # -- what tools call (from any loop or thread) ------------------------------------------
-
-    async def call_tool(self, name: str, arguments: dict[str, Any], timeout_s: float) -> Any:
-        """The server's `CallToolResult`; raises `McpCallError` for a failed connection or a timeout."""
-        return await self._run(self._call(name, arguments, timeout_s))
-
-    def list_tools(self) -> list[dict[str, Any]]:
-        """The server's tools as `{"name", "description", "inputSchema"}` dicts (blocking)."""
-        return asyncio.run_coroutine_threadsafe(self._list(), self._own_loop()).result()
-
-    def close(self) -> None:
-        """End the session (a stdio server is stopped) and the connection's thread; reopened if used again."""
-        _stop_loop(self.__dict__)
-
-    # -- on the connection's own loop ----------------------------------------------------------
-
-    async def _run(self, coro: Any) -> Any:
-        # cancelling the caller's await (the env's deadline) cancels the call on our loop too
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._own_loop()))
-
-    def _own_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=_run_loop, args=(loop,), name=f"mcp:{self.label[:40]}", daemon=True).start()
-                self._loop = loop
-            return self._loop
-
-    @property
-    def connected(self) -> bool:
-        """Is a session open (no server start to wait for on the next call)?"""
-        session = self._session
-        return session is not None and session.done() and not session.cancelled() and session.exception() is None
-
-    async def _client(self) -> Any:
-        if self._session is None:
-            self._session = asyncio.get_running_loop().create_future()
-            self._stop = asyncio.Event()
-            asyncio.get_running_loop().create_task(self._hold(self._session, self._stop))
-        try:
-            return await asyncio.wait_for(asyncio.shield(self._session), self.connect_timeout_s)
-        except TimeoutError:
-            self._drop()
-            raise McpCallError("server_unavailable", f"the MCP server {self.label} did not answer within "
-                               f"{self.connect_timeout_s:g} seconds of starting") from None
-        except McpCallError:
-            raise
-        except Exception as exc:
-            self._drop()
-            raise McpCallError("server_unavailable", f"the MCP server {self.label} could not be reached: "
-                               f"{_describe(exc)}{self._stderr_tail()}") from None
-
-    async def _hold(self, ready: asyncio.Future, stop: asyncio.Event) -> None:
-        """Enter the SDK client, publish it, and keep it open until `stop` (same task throughout)."""
-        try:
-            from mcp import Client, StdioServerParameters
-            from mcp.client.stdio import stdio_client
-        except ImportError as exc:
-            ready.set_exception(McpCallError(
-                "server_unavailable", f"MCP tools need the official SDK, mcp>=2.3 ({exc}); "
-                "install it with `pip install 'agent-envs[mcp]'`"))
-            return
-        try:
-            if self.url is not None:
-                client = Client(self.url)
-            else:
-                params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env or None,
-                                               cwd=self.cwd)
-                # the server's stderr kept aside: its last lines explain a failed start or a crash
-                self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-                client = Client(stdio_client(params, errlog=self._errlog))
-            async with client:
-                if not ready.done():
-                    ready.set_result(client)
-                await stop.wait()
-        except BaseException as exc:  # noqa: BLE001 (anyio wraps failures in groups; all mean "no session")
-            if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            if self._session is ready:  # the session ended on its own (the server went away): reconnect next time
-                self._session, self._stop = None, None
-
-    def _drop(self) -> None:
-        """Forget the session; its holder closes it (a stdio server is stopped). The next call reconnects."""
-        if self._stop is not None:
-            self._stop.set()
-        self._session, self._stop = None, None
-
-    async def _list(self) -> list[dict[str, Any]]:
-        client = await self._client()
-        tools: list[dict[str, Any]] = []
-        cursor = None
-        try:
-            while True:
-                page = await asyncio.wait_for(client.list_tools(cursor=cursor), self.connect_timeout_s)
-                tools += [{"name": t.name, "description": t.description or "", "inputSchema": t.input_schema}
-                          for t in page.tools]
-                cursor = page.next_cursor
-                if cursor is None:
-                    return tools
-        except Exception as exc:
-            self._drop()
-            raise McpCallError("server_died", f"the MCP server {self.label} failed while listing its tools: "
-                               f"{_describe(exc)}{self._stderr_tail()}") from None
-
-    async def _call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> Any:
-        client = await self._client()
-        try:
-            return await asyncio.wait_for(client.call_tool(name, arguments), timeout_s)
-        except TimeoutError:
-            self._drop()
-            raise McpCallError("timeout", f"{name} timed out after {timeout_s:g} seconds: the MCP server "
-                               f"{self.label} did not answer in time (it is restarted on the next call)") from None
-        except Exception as exc:
-            from mcp import MCPError
-            from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS
-
-            if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
-                # the server answered with a protocol error: the session is fine
-                kind = "bad_arguments" if exc.code == INVALID_PARAMS else "mcp_error"
-                raise McpCallError(kind, f"{name} failed: the MCP server answered error {exc.code}: "
-                                   f"{exc.message}") from None
-            self._drop()
-            raise McpCallError("server_died", f"{name} failed: the MCP server {self.label} exited or closed "
-                               f"the connection ({_describe(exc)}){self._stderr_tail()}; it is restarted "
-                               "on the next call") from None
-
-    def _stderr_tail(self) -> str:
-        log = self._errlog
-        if log is None or self.url is not None:
-            return ""
-        try:
-            log.flush()
-            size = log.seek(0, 2)
-            log.seek(max(0, size - 2000))
-            lines = [line for line in log.read().splitlines() if line.strip()]
-        except (OSError, ValueError):
-            return ""
-        return f"; its last stderr line: {lines[-1].strip()[:300]}" if lines else ""
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for an exception, looking inside anyio's exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    loop.run_forever()
-    loop.close()
-
-
-def _stop_loop(state: dict[str, Any]) -> None:
-    """Close the session and stop the loop thread (also at exit, so no stdio server outlives us)."""
-    loop, stop = state.get("_loop"), state.get("_stop")
-    if loop is None or loop.is_closed() or not loop.is_running():
-        return
-
-    async def shut_down() -> None:
-        if stop is not None:
-            stop.set()
-        if pending := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
-            await asyncio.wait(pending, timeout=10)
-
-    with contextlib.suppress(Exception):  # a wedged server must not hang close or exit
-        asyncio.run_coroutine_threadsafe(shut_down(), loop).result(timeout=15)
-    state["_session"] = state["_stop"] = state["_loop"] = None
-    loop.call_soon_threadsafe(loop.stop)
 
 
 _TAGGED: dict[str, type] = {}
@@ -396,12 +169,13 @@ class McpTool(Tool):
         return args
 
     async def call(self, arg: str) -> ToolResult:
-        meta = {"server": self.connection.label}
+        meta: dict[str, Any] = {"server": self.connection.label}
         try:
             args = self.arguments(arg)
             result = await self.connection.call_tool(self.mcp_name, args, self.call_timeout_s)
         except McpCallError as exc:
             return ToolResult(str(exc), ok=False, error=exc.kind, metadata=meta)
+        meta["protocol"] = self.connection.protocol_version
         text = _result_text(result)
         if getattr(result, "is_error", False):
             return ToolResult(truncate_middle(text or f"{self.name} failed", self.max_output_chars), ok=False,
@@ -474,6 +248,8 @@ class McpToolset:
         listing: a JSON file of the tools (`save_listing`): the tools come from it and the server is
             started only when a tool is called, so a replayed evaluation starts none.
         env / cwd / connect_timeout_s: for starting a stdio server.
+        protocol: "auto" (default: either MCP version, found by probing `server/discover`),
+            "legacy" (the initialize handshake) or "2026-07-28"; see `agent_envs.tools.mcp_connection`.
     """
 
     def __init__(
@@ -488,8 +264,10 @@ class McpToolset:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         connect_timeout_s: float = 60.0,
+        protocol: str = "auto",
     ) -> None:
-        self.connection = McpConnection(server, env=env, cwd=cwd, connect_timeout_s=connect_timeout_s)
+        self.connection = McpConnection(server, env=env, cwd=cwd, connect_timeout_s=connect_timeout_s,
+                                        protocol=protocol)
         self.allow = None if allow is None else list(allow)
         self.prefix = prefix
         self.timeout_s = timeout_s
