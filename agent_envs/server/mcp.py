@@ -15,6 +15,11 @@ In Python (needs the `mcp` extra, `pip install agent-envs[mcp]`):
     >>> server = build_mcp_server([PythonTool(timeout_s=5)])     # doctest: +SKIP
     >>> server.run("stdio")                                      # doctest: +SKIP
 
+With `--tools python_session` the server also keeps state across calls the way MCP 2026-07-28
+asks: `python_session_open` mints a handle, and `python_session_run` / `_fork` / `_close` take it
+(`agent_envs.server.mcp_sessions`). Clients of either protocol version are served: the 2025-era
+`initialize` handshake and 2026-07-28's handshake-free requests, on stdio and on HTTP alike.
+
 Search serves a BM25 index over `--corpus` (a JSONL of passages), or without it the synthetic
 knowledge base of the embedded QA world; browse fetches web pages, or with `--web-world` serves
 the synthetic linked web of the deep-search world, offline. See docs/interop.md.
@@ -29,12 +34,19 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from agent_envs.base.tool import Tool
+from agent_envs.server.mcp_sessions import SESSION_TOOLS, PythonSessionHandles, add_session_tools
 
-TOOL_NAMES = ("python", "search", "browse")
+TOOL_NAMES = ("python", "search", "browse", "python_session")
 
 
-def build_mcp_server(tools: Sequence[Tool], name: str = "agent-envs") -> Any:
-    """An `mcp.server.mcpserver.MCPServer` offering `tools`, each with a one-string input schema."""
+def build_mcp_server(tools: Sequence[Tool], name: str = "agent-envs",
+                     sessions: PythonSessionHandles | None = None) -> Any:
+    """An `mcp.server.mcpserver.MCPServer` offering `tools`, each with a one-string input schema,
+    and with `sessions` the python_session_* tools (a Python interpreter behind each handle).
+
+    The SDK's server serves both MCP protocol versions on one transport, the client's first
+    request deciding: the `initialize` handshake (2025-11-25 and older) or 2026-07-28 requests.
+    """
     try:
         from mcp.server.mcpserver import MCPServer
     except ImportError as exc:
@@ -43,11 +55,13 @@ def build_mcp_server(tools: Sequence[Tool], name: str = "agent-envs") -> Any:
             "`pip install 'agent-envs[mcp]'`"
         ) from None
     # WARNING: the SDK logs every request at INFO, to the stderr a stdio client shows its user
-    server = MCPServer(name, instructions="Tools of agent-envs: " + ", ".join(t.name for t in tools),
-                       log_level="WARNING")
+    names = [t.name for t in tools] + (list(SESSION_TOOLS) if sessions is not None else [])
+    server = MCPServer(name, instructions="Tools of agent-envs: " + ", ".join(names), log_level="WARNING")
     for tool in tools:
         server.add_tool(_handler(tool), name=tool.name, description=tool.description or tool.name,
                         structured_output=False)
+    if sessions is not None:
+        add_session_tools(server, sessions)
     return server
 
 
@@ -77,13 +91,16 @@ def _handler(tool: Tool) -> Any:
 
 
 def make_tools(names: Sequence[str], args: argparse.Namespace | None = None) -> list[Tool]:
-    """Our tools by name, configured from the command line's options (defaults when `args` is None)."""
+    """Our tools by name, configured from the command line's options (defaults when `args` is None);
+    `python_session` is served by `make_sessions`, not as one tool."""
     unknown = [n for n in names if n not in TOOL_NAMES]
     if unknown or not names:
         raise ValueError(f"--tools: unknown tool(s) {unknown or names}; choose from {', '.join(TOOL_NAMES)}")
     opts = vars(args) if args is not None else {}
     tools: list[Tool] = []
     for name in names:
+        if name == "python_session":
+            continue
         if name == "python":
             from agent_envs.tools.python import PythonTool
 
@@ -93,6 +110,16 @@ def make_tools(names: Sequence[str], args: argparse.Namespace | None = None) -> 
         else:
             tools.append(_browse_tool(bool(opts.get("web_world"))))
     return tools
+
+
+def make_sessions(args: argparse.Namespace | None = None) -> PythonSessionHandles:
+    """The handle store behind the python_session_* tools, configured from the command line."""
+    from agent_envs.tools.python import PythonTool
+
+    opts = vars(args) if args is not None else {}
+    tool = PythonTool(timeout_s=opts.get("python_timeout_s", 10.0), preamble=("math",), session=True)
+    return PythonSessionHandles(tool, max_sessions=opts.get("python_sessions", 16),
+                                idle_timeout_s=opts.get("python_session_idle_s", 600.0))
 
 
 def _search_tool(corpus: str | None) -> Tool:
@@ -126,17 +153,23 @@ def serve(args: argparse.Namespace) -> int:
                          "to listen on a port)")
     host, port = args.host or "127.0.0.1", HTTP_PORT if args.port is None else args.port
     names = [n.strip() for n in args.tools.split(",") if n.strip()]
+    sessions = None
     try:
         tools = make_tools(names, args)
-        server = build_mcp_server(tools)
+        sessions = make_sessions(args) if "python_session" in names else None
+        server = build_mcp_server(tools, sessions=sessions)
     except (ValueError, ImportError, FileNotFoundError) as exc:
         print(f"agent-envs serve-mcp: {exc}", file=sys.stderr)
         return 2
-    if args.transport == "stdio":
-        server.run("stdio")
-    else:
-        print(f"serving {', '.join(names)} over MCP at http://{host}:{port}/mcp", file=sys.stderr)
-        server.run("streamable-http", host=host, port=port)
+    try:
+        if args.transport == "stdio":
+            server.run("stdio")
+        else:
+            print(f"serving {', '.join(names)} over MCP at http://{host}:{port}/mcp", file=sys.stderr)
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        if sessions is not None:
+            sessions.close_all()  # no interpreter outlives the server
     return 0
 
 
@@ -148,12 +181,17 @@ def add_cli(subparsers: Any) -> None:
         "serve-mcp", help="serve our tools (python, search, browse) as an MCP server",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--tools", default="python", help=f"comma-separated, from {','.join(TOOL_NAMES)} (default: python)")
+    p.add_argument("--tools", default="python", help=f"comma-separated, from {','.join(TOOL_NAMES)} (default: "
+                   "python; python_session: a Python interpreter behind each handle, see docs/interop.md)")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="stdio (a client spawns this command) or streamable HTTP at /mcp")
     p.add_argument("--host", default=None, help="http only (default: 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=None, help=f"http only (default: {HTTP_PORT})")
     p.add_argument("--python-timeout-s", type=float, default=10.0, help="wall-clock limit of one python call")
+    p.add_argument("--python-sessions", type=int, default=16,
+                   help="python_session: the most sessions (handles) open at once (default: 16)")
+    p.add_argument("--python-session-idle-s", type=float, default=600.0,
+                   help="python_session: a session unused this long ends (default: 600)")
     p.add_argument("--corpus", default=None,
                    help="search: a corpus JSONL (id, title, text); default: the embedded knowledge world")
     p.add_argument("--web-world", action="store_true",
@@ -161,4 +199,4 @@ def add_cli(subparsers: Any) -> None:
     p.set_defaults(func=serve)
 
 
-__all__ = ["TOOL_NAMES", "add_cli", "build_mcp_server", "make_tools"]
+__all__ = ["TOOL_NAMES", "add_cli", "build_mcp_server", "make_sessions", "make_tools"]
