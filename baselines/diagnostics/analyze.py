@@ -472,12 +472,22 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--max-points", type=int, default=500, help="trajectories per run drawn for the PCA")
     p.add_argument("--max-features", type=int, default=2048, help="token ids kept for the PCA (most common)")
     p.add_argument("--seed", type=int, default=0, help="seed of the PCA's draw of trajectories")
+    p.add_argument("--premise", action="store_true",
+                   help="instead: entropy after tool results against before calls and the episode, per world "
+                   "and world.ambiguity, with 95%% intervals over tasks (premise.md/.json/.png; "
+                   "baselines/diagnostics/premise.py)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
         out = args.out if args.out is not None else str(Path(args.runs[0]) / "analysis")
+        if args.premise:
+            from baselines.diagnostics.premise import markdown as premise_table
+            from baselines.diagnostics.premise import premise
+
+            print(premise_table(premise(args.runs, out)), end="")
+            return 0
         summary = analyze(args.runs, out, window=tuple(args.window), max_points=args.max_points,
                           max_features=args.max_features, seed=args.seed)
     except ValueError as exc:  # a folder that is not a run, a run without trajectories, a bad line
