@@ -16,6 +16,7 @@ key with its type, default and help.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Literal
@@ -56,6 +57,28 @@ class RewardConfig:
 
 
 @dataclass
+class AgentConfig:
+    """The program `rollout_source: agent` runs once per sample (a learner's `agent` field:
+    `agent.command='python my_agent.py'`; the contract it is run under: docs/interop.md)."""
+
+    command: str = option("", "the agent program's command line (shell-quoted; run without a shell)")
+    answer: Literal["message", "stdout"] = option(
+        "message", "message: the last assistant message of its session; stdout: what it prints")
+    timeout_s: float = option(300.0, "a run past this many seconds is killed, with its processes, and fails")
+    concurrency: int = option(4, "agent runs at once")
+    failure_reward: float = option(0.0, "reward of a failed run (crash, timeout, no model call, no answer)")
+    max_output_bytes: int = option(1 << 20, "stdout kept per run; answer: stdout fails a run that prints more")
+    env: dict = option(factory=dict, help="extra environment variables of every run")
+
+    def validate(self) -> None:
+        check_types(self, "agent.")
+        require(math.isfinite(self.timeout_s) and self.timeout_s > 0, "agent.timeout_s", "must be > 0", self.timeout_s)
+        require(self.concurrency >= 1, "agent.concurrency", "must be >= 1", self.concurrency)
+        require(math.isfinite(self.failure_reward), "agent.failure_reward", "must be finite", self.failure_reward)
+        require(self.max_output_bytes >= 1, "agent.max_output_bytes", "must be >= 1", self.max_output_bytes)
+
+
+@dataclass
 class LearnerConfig:
     """Every knob of the shared loop; cross-field rules are in `validate()`."""
 
@@ -77,9 +100,11 @@ class LearnerConfig:
     prompts_per_step: int = option(4, "prompt draws per RL step, over all ranks")
     group_size: int = option(8, "G: responses per prompt (ARPO/AEPO: the tree budget M)")
     max_response_tokens: int = option(256, "per episode, model and tool tokens together")
-    rollout_source: Literal["envs", "gateway"] = option(
+    rollout_source: Literal["envs", "gateway", "agent"] = option(
         "envs", "envs: the learner rolls out its env; gateway: rewarded sessions of agents calling the "
-        "OpenAI-compatible endpoint it serves on gateway_port (docs/interop.md)")
+        "OpenAI-compatible endpoint it serves on gateway_port; agent: agent.command run per sample on "
+        "the env's task, graded by the env (docs/interop.md)")
+    agent: AgentConfig = option(factory=AgentConfig, help="rollout_source=agent: the program and its limits")
     gateway_port: int = option(8200, "rollout_source=gateway: port of the endpoint, on 127.0.0.1")
     gateway_timeout_s: float | None = option(
         None, "rollout_source=gateway: how long a step waits for its sessions (null: no limit)")
@@ -195,6 +220,10 @@ class LearnerConfig:
         need(self.save_every >= 0, "save_every", "must be >= 0")
         need(self.rollout_source == "envs" or (self.engine == "hf" and not self.max_staleness), "rollout_source",
              "gateway sessions are sampled by the learner's own module: it needs engine: hf and max_staleness: 0")
+        require(self.rollout_source != "agent" or bool(self.agent.command.strip()), "agent.command",
+                "names the program rollout_source: agent runs (agent.command='python my_agent.py')",
+                self.agent.command)
+        self.agent.validate()
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
         need(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         need(self.eval_episodes >= 1 or not self.eval_every, "eval_episodes",
@@ -223,6 +252,7 @@ class LearnerConfig:
 
 __all__ = [
     "AdvantageConfig",
+    "AgentConfig",
     "AdvantageEstimator",
     "Credit",
     "Engine",

@@ -127,6 +127,11 @@ class Gateway(AppServer):
         app.router.add_get("/health", self._health)
         return app
 
+    def forget(self, name: str) -> Session | None:
+        """Remove session `name` (and its call lock) and return it: a finished agent run's."""
+        self._locks.pop(name, None)
+        return self.sessions.pop(name)
+
     # -- handlers -----------------------------------------------------------------------------
 
     @staticmethod
@@ -208,14 +213,14 @@ class Gateway(AppServer):
                     left = max(0, self.max_response_tokens - len(traj.response_ids))
                     params = params.with_(max_tokens=min(params.max_tokens, left))
                 [seg] = await self.engine.agenerate([ids], params)
-            finally:
+                sampled = list(seg.token_ids)
+                # the exact text of the sampled ids, special tokens included: the next call's rendered
+                # prompt must start with it to continue this branch
+                raw = self.tokenizer.decode(sampled, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                session.record(traj, ids, sampled, seg.logprobs, raw, seg.finish_reason)
+            finally:  # after the record: a closed gate means every call so far is in its session
                 if self.gate is not None:
                     self.gate.leave()
-            sampled = list(seg.token_ids)
-            # the exact text of the sampled ids, special tokens included: the next call's rendered
-            # prompt must start with it to continue this branch
-            raw = self.tokenizer.decode(sampled, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            session.record(traj, ids, sampled, seg.logprobs, raw, seg.finish_reason)
         text = self.tokenizer.decode(sampled, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         return ids, text, sampled, seg.finish_reason, list(seg.logprobs)
 

@@ -158,6 +158,10 @@ class SessionLog:
         with self._lock:
             return self._sessions.get(name)
 
+    def pop(self, name: str) -> Session | None:
+        with self._lock:
+            return self._sessions.pop(name, None)
+
     def names(self) -> list[str]:
         with self._lock:
             return list(self._sessions)
