@@ -47,8 +47,9 @@ class HealthWatch:
             tokenizer=tokenizer,
             max_response_tokens=cfg.max_response_tokens,
             logprob_tol=cfg.health_logprob_tol,
-            # a gateway session's reward is its agent's, not the env recipe's: no recipe rules
-            **({"reward_bounds": None, "format_failure_reward": None} if cfg.rollout_source == "gateway" else {}),
+            # a gateway session's reward is its agent's, an agent run's may be agent.failure_reward:
+            # not the env recipe's, so no recipe rules
+            **({"reward_bounds": None, "format_failure_reward": None} if cfg.rollout_source != "envs" else {}),
         )
         return cls(checker, ranks), engine
 

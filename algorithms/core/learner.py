@@ -123,6 +123,8 @@ class Learner:
             cfg, self.engine, self.env_factory, self.tokenizer, self.ranks
         )
         self.gateway = setup.gateway_source(self) if cfg.rollout_source == "gateway" else None
+        self.agents = (setup.agent_source(cfg, self.engine, self.env_factory, self.tokenizer, algo=self.name,
+                                          world=self.world) if cfg.rollout_source == "agent" else None)  # fmt: skip
         self.producer: AsyncRollout | None = None  # the rollout thread while an async run trains
         num_tasks = len(self.env_factory().tasks)
         self.eval_tasks = held_out_tasks(num_tasks, cfg)
@@ -147,6 +149,8 @@ class Learner:
     def rollout(self, draws: Sequence[PromptDraw]) -> list[Any]:
         """GRPO's flat group sampling (algorithms/core/group_sampling.py)."""
         cfg = self.config
+        if self.agents is not None:  # an agent program plays each sample instead (docs/interop.md)
+            return self.agents.rollout(draws, cfg.group_size)
         params = self.sampling_params().with_(seed=cfg.seed)
         return group_rollout(
             draws, engine=self.engine, env_factory=self.env_factory, tokenizer=self.tokenizer,

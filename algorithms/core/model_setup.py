@@ -171,6 +171,20 @@ def gateway_source(learner: Any) -> Any:
                          max_response_tokens=cfg.max_response_tokens)
 
 
+def agent_source(cfg: Any, engine: Any, env_factory: Any, tokenizer: Any, *, algo: str, world: int) -> Any:
+    """The agent program the learner of algorithm `algo` runs per sample with `rollout_source:
+    agent` (docs/interop.md), against its `engine` behind the gateway."""
+    from algorithms.gateway.agent import AgentSource
+
+    if algo not in ("grpo", "dapo"):  # ARPO and AEPO fork episodes mid-way: a program cannot be
+        raise ValueError(f"config field 'rollout_source': agent runs cannot be forked as {algo}'s tree rollouts "
+                         "are; train with --algo grpo or dapo")
+    if world > 1:
+        raise ValueError("config field 'rollout_source': agent training runs in one process")
+    return AgentSource(engine, env_factory, tokenizer, cfg.agent, env_id=cfg.env, model_name=cfg.model,
+                       max_response_tokens=cfg.max_response_tokens)
+
+
 def push_weights(accelerator: Any, model: Any, engine: Any, kind: str) -> None:
     """Load the policy's current weights into a synchronous rollout engine of kind `kind`.
     Collective: every rank joins the gather of the full weights (FSDP and ZeRO-3 shard them)."""
@@ -211,6 +225,7 @@ def export_policy(accelerator: Any, model: Any, tokenizer: Any, out_dir: str | o
 
 
 __all__ = [
+    "agent_source",
     "env_factory",
     "export_policy",
     "gateway_source",
