@@ -4,6 +4,10 @@
 from its own venv, which is the point of the test. The venv is built once and cached, keyed by
 version, under the repository's ignored `.cache/mcp-venvs/` (or `$AGENT_ENVS_MCP_VENVS`).
 
+The two MCP protocol eras get a venv each too: the SDK 2.x (`MODERN_SDK`) runs the server that
+speaks only 2026-07-28 (`mcp_modern_server.py`) and the new-version client of `serve-mcp`; the
+last SDK 1.x (`LEGACY_SDK`), which knows only the `initialize` handshake, is the old client.
+
     python tests/tools/mcp_support.py      # build it ahead of the tests (CI does, after install)
 """
 
@@ -63,6 +67,21 @@ def server_venv(requirement: str = CALCULATOR, *, python: str | None = None,
     return folder
 
 
+MODERN_SDK = "mcp==2.3.0"
+LEGACY_SDK = "mcp==1.30.0"
+MODERN_SERVER = Path(__file__).with_name("mcp_modern_server.py")
+
+
+def sdk_python(requirement: str) -> str:
+    """The interpreter of a venv holding only the MCP SDK `requirement` (and its dependencies)."""
+    return str(server_venv(requirement) / "bin" / "python")
+
+
+def modern_server_command() -> list[str]:
+    """The command line that starts the 2026-07-28-only server over stdio, from the SDK 2.x venv."""
+    return [sdk_python(MODERN_SDK), str(MODERN_SERVER)]
+
+
 def calculator_command() -> list[str]:
     """The command line that starts the calculator server over stdio."""
     return [str(server_venv(CALCULATOR) / "bin" / "mcp-server-calculator")]
@@ -75,3 +94,5 @@ def _base_python() -> str:
 
 if __name__ == "__main__":
     print(calculator_command()[0])
+    print(sdk_python(MODERN_SDK))
+    print(sdk_python(LEGACY_SDK))
