@@ -433,4 +433,4 @@ def test_docs_examples_run(tmp_path):
     assert out[0].startswith("To use the python tool") and 'write <python> {"code": "<string>"} </python>' in out[0]
     assert out[1:5] == [" <result>", "42", "</result>", "1.0"]
     assert out[5] == "42 {'recorded': 0, 'replayed': 1, 'missing': 0, 'ambiguous': 0}"
-    assert out[6:] == ["['python']", "42"]
+    assert out[6:] == ["['python']", "42", "2026-07-28", "42"]
