@@ -79,7 +79,7 @@ def check_framework_run(learner: GRPOLearner, run: Path, metrics: list[dict], fr
             t.validate()
             assert t.end_reason == "agent_answer", (t.end_reason, t.components)
             assert t.lineage["agent_exit"] == 0 and t.lineage["calls"] == framework_calls
-            assert t.num_generated > 0 and "correct" in t.components  # sampled here, graded by the env
+            assert t.num_generated > 0 and "parsed_action" in t.components  # sampled here, graded by the env
     assert port_closed(learner.agents.url) and learner.agents.gateway.sessions.names() == []
 
 
@@ -107,10 +107,9 @@ def test_a_smolagents_agent_trains_2_grpo_steps(model, tmp_path):
     check_framework_run(learner, tmp_path / "run", metrics, framework_calls=2)
     for t in steps(tmp_path / "run")[1]:
         assert t.lineage["branches"] == 2
-        assert "final answer" in learner.tokenizer.decode(t.prompt_ids).lower()
+        assert "An agent tried to answer a user query" in learner.tokenizer.decode(t.prompt_ids)
 
 
-@pytest.mark.slow  # two steps with a 4 s time limit in each
 def test_crashing_and_hanging_agents_fail_and_the_run_goes_on(model, tmp_path, monkeypatch, caplog):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -194,7 +193,7 @@ def test_the_printed_answer_is_graded_with_answer_stdout(source_parts):
     for t in trajs:
         t.validate()
         assert t.end_reason == "agent_answer" and t.lineage["agent_exit"] == 0 and t.lineage["calls"] >= 1
-        assert "correct" in t.components and t.reward != -2.0
+        assert "parsed_action" in t.components and t.reward != -2.0  # graded by the env
         # the env's own prompt: the agent sent the task's messages as they are
         assert t.prompt_ids[:8] == trajs[0].prompt_ids[:8]
 
