@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 from algorithms.core.batch import PromptDraw
 from algorithms.core.learner_config import AgentConfig
 from algorithms.core.model_setup import env_factory
+from algorithms.dapo import DAPOConfig, DAPOLearner
 from algorithms.gateway.agent import AgentSource
 from algorithms.grpo import GRPOConfig, GRPOLearner
 from algorithms.models.tiny import WARMUP_SYSTEM_PROMPT, build_tiny_model
@@ -144,6 +145,21 @@ def test_crashing_and_hanging_agents_fail_and_the_run_goes_on(model, tmp_path, m
         assert not alive(pid), f"grandchild {pid} of a hung agent outlived it"
     assert list(scratch.iterdir()) == []
     assert port_closed(learner.agents.url) and learner.agents.gateway.sessions.names() == []
+
+
+def test_dapo_keeps_the_groups_of_agent_runs_whose_rewards_differ(model, tmp_path):
+    # sample 0 answers (graded by the env, at least -1), sample 1 crashes (failure_reward -5): every
+    # group has reward spread, so the first generation round fills the step
+    cfg = DAPOConfig(model=str(model), env="AgentMath-v0", env_kwargs={"system_prompt": WARMUP_SYSTEM_PROMPT},
+                     engine="hf", rollout_source="agent", total_steps=1, prompts_per_step=1, group_size=2,
+                     gen_batch_multiplier=1.0, max_response_tokens=32, output_dir=str(tmp_path / "run"),
+                     agent=AgentConfig(command=f"{MISBEHAVING} half", failure_reward=-5.0), progress=False,
+                     tensorboard=False, export_model=False, save_trajectories=True, threads=1)
+    [metrics] = DAPOLearner(cfg).train()
+    assert metrics["gen_rounds"] == 1.0 and metrics["num_trajectories"] == 2.0
+    trajs = read_jsonl(tmp_path / "run" / "trajectories" / "step_000001.jsonl")
+    assert [t.end_reason for t in trajs] == ["agent_answer", "agent_crashed"]
+    assert trajs[0].group_id == trajs[1].group_id and trajs[1].reward == -5.0 < trajs[0].reward
 
 
 def alive(pid: int) -> bool:

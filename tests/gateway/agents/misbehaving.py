@@ -1,11 +1,12 @@
 """Agent programs that go wrong, one per mode; the standard library only.
 
-    python misbehaving.py crash|hang|silent|garbage|mixed [PID_DIR]
+    python misbehaving.py crash|hang|silent|garbage|mixed|half [PID_DIR]
 
 crash: calls the model once, then raises; hang: starts a grandchild (its pid written to
 PID_DIR/<session>.pid), calls the model once and sleeps; silent: exits 0 without calling the
 model; garbage: calls the model once and prints bytes that are not text; mixed: sample 0 of
-each group answers with the model's reply, sample 1 crashes (even groups) or hangs (odd ones).
+each group answers with the model's reply, sample 1 crashes (even groups) or hangs (odd ones);
+half: sample 0 answers, sample 1 crashes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> None:
         task = json.load(fh)
     if mode == "mixed":
         mode = "answer" if task["sample"] == 0 else "crash" if task["group"] % 2 == 0 else "hang"
+    if mode == "half":
+        mode = "answer" if task["sample"] == 0 else "crash"
     if mode == "silent":
         return
     if mode == "hang":
