@@ -9,9 +9,11 @@ Its state across calls lives in handles, as the new revision asks: `open_registe
 `register_apply` takes it, so a model must carry the handle from one call to the next.
 
     python tests/tools/mcp_modern_server.py            # stdio
+    python tests/tools/mcp_modern_server.py 8766       # streamable HTTP at http://127.0.0.1:8766/mcp
 """
 
 import secrets
+import sys
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -52,4 +54,7 @@ def register_apply(register: str, op: Literal["set", "add", "mul"], value: int) 
 
 
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) > 1:
+        server.run("streamable-http", port=int(sys.argv[1]))
+    else:
+        server.run()

@@ -2,7 +2,8 @@
 
 - our client (`McpToolset`) and a server built with the SDK 2.x that speaks only 2026-07-28
   (its own venv), whose handle-carrying tool is used inside an AgentMath-v0 world episode; the
-  old-era third-party calculator (mcp 1.x) still negotiated by the same default;
+  old-era third-party calculator (mcp 1.x) still negotiated by the same default, and each era
+  detected over HTTP too;
 - `serve-mcp` answering the SDK 2.x client pinned to 2026-07-28 and the SDK 1.x client (the
   handshake only), each in its own venv, over stdio and HTTP, through the python_session handles;
 - a protocol a server refuses, and output that is not MCP, each an observation with the episode
@@ -111,6 +112,60 @@ def test_old_version_server_is_reached_by_the_handshake():
     assert (result.ok, result.error) == (False, "unsupported_protocol")
     assert "refused protocol 2026-07-28" in result.text and "protocol='auto'" in result.text
     pinned.close()
+
+
+# A 2025-era server over HTTP, from the SDK 1.x venv (which knows only the handshake).
+OLD_HTTP_SERVER = """
+import sys
+from mcp.server.fastmcp import FastMCP
+server = FastMCP("old", port=int(sys.argv[1]), log_level="WARNING")
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    return a + b
+
+server.run("streamable-http")
+"""
+
+
+def _wait_for_port(proc: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.2)
+    raise AssertionError(f"nothing listens on port {port} after 60 seconds")
+
+
+@pytest.mark.slow  # the SDK venvs from PyPI on a machine's first run
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_auto_detects_each_version_over_http(era, tmp_path):
+    """Over HTTP the probe meets a legacy server's HTTP-level refusal, not a JSON-RPC one."""
+    port = free_port()
+    if era == "2026-07-28":
+        argv, tool, arguments = [*_venv(modern_server_command), str(port)], "open_register", "{}"
+    else:
+        (tmp_path / "old_server.py").write_text(OLD_HTTP_SERVER)
+        argv = [_venv(lambda: sdk_python(LEGACY_SDK)), str(tmp_path / "old_server.py"), str(port)]
+        tool, arguments = "add", '{"a": 2, "b": 40}'
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_port(proc, port)
+        url = f"http://127.0.0.1:{port}/mcp"
+        with McpToolset(url, timeout_s=20) as toolset:
+            result = next(t for t in toolset.tools() if t.name == tool).run(arguments)
+            assert result.ok and (result.text.startswith("reg-") if era == "2026-07-28" else result.text == "42")
+            assert toolset.connection.protocol_version == era
+        other = "legacy" if era == "2026-07-28" else "2026-07-28"
+        with McpToolset(url, timeout_s=20, protocol=other) as refused, pytest.raises(RuntimeError) as failure:
+            refused.tools()
+        assert "refused" in str(failure.value) and "protocol='auto'" in str(failure.value)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
@@ -232,14 +287,7 @@ def served_http():
     proc = subprocess.Popen([*SERVE, "--tools", "python,python_session", "--transport", "http", "--port", str(port)],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read()
-                time.sleep(0.2)
+        _wait_for_port(proc, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
