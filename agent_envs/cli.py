@@ -67,20 +67,28 @@ _PLAY_FLAGS = ("env", "seed", "index")
 def play_config(args: argparse.Namespace) -> PlayConfig:
     """The play config of the command line: `ENV` (or env=/--env), flags, then `key=value`; keys
     that are not play's own are env settings (`max_tool_calls=1` = `env_kwargs.max_tool_calls=1`)."""
-    from agent_envs.base.config import build_config, flag_values
-    from agent_envs.envs import check_env_kwargs
+    from agent_envs.base.config import build_config, flag_values, suggest
+    from agent_envs.envs import check_env_id, env_config_class
 
     items = list(args.items)
     given = flag_values(args, _PLAY_FLAGS, PlayConfig)
     if items and "=" not in items[0]:
         given["env"] = items.pop(0)
-    own = {f.name for f in fields(PlayConfig)}
-    overrides = [i if i.split("=", 1)[0].split(".")[0] in own else f"env_kwargs.{i}" for i in items]
-    cfg = build_config(PlayConfig, None, overrides, given=given)
-    if cfg.env is None:
+    env = given.get("env") or next((i.split("=", 1)[1] for i in items if i.startswith("env=")), None)
+    if env is None:
         raise UserError("play needs an env id: `agent-envs play AgentMath-v0` (`agent-envs list` shows them)")
-    cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs, also=sorted(own))
-    return cfg
+    given["env"] = check_env_id(env)
+    config_class = env_config_class(given["env"])
+    settings = [f.name for f in fields(config_class)] if config_class is not None else []
+    own = [f.name for f in fields(PlayConfig)]
+    overrides = []
+    for item in items:
+        key = item.split("=", 1)[0].split(".")[0]
+        if key not in own and config_class is not None and key not in settings:  # said here, to name play's own too
+            raise UserError(f"{key}: neither a setting of {given['env']} nor of play"
+                            f"{suggest(key, [*settings, *own])}; see `agent-envs play --help`")
+        overrides.append(item if key in own else f"env_kwargs.{item}")
+    return build_config(PlayConfig, None, overrides, given=given)
 
 
 def _play(args: argparse.Namespace) -> int:
@@ -149,6 +157,8 @@ _IMPORT_HELP = "import MODULE first, for the env ids it registers (repeatable; d
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent_envs.envs import env_settings_help
+
     parser = _Parser(prog="agent-envs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -160,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "play", help="play an episode in the terminal", formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="agent-envs play [ENV] [--env ENV] [--seed N] [--index I] [key=value ...]",
         epilog=f"config keys (set as key=value):\n{format_help(PlayConfig)}\n\n"
-               f"env settings of the default envs (env_kwargs.KEY=value, or KEY=value):\n{_env_settings_help()}",
+               f"env settings (env_kwargs.KEY=value, or KEY=value):\n{env_settings_help()}",
     )
     add_flags(p, PlayConfig, _PLAY_FLAGS)
     p.add_argument("items", nargs="*", metavar="ENV | key=value",
@@ -180,28 +190,6 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--import", dest="command_imports", action="append", default=[],
                              metavar="MODULE", help=_IMPORT_HELP)
     return parser
-
-
-def _env_settings_help() -> str:
-    """Type and default of every env setting of the family envs, and their world's keys."""
-    import inspect
-
-    from agent_envs.base.config import describe_config
-    from agent_envs.core.env import ToolEnv
-    from agent_envs.envs import FAMILY_ENVS, FAMILY_WORLDS
-    from agent_envs.worlds import WORLDS
-
-    shared = [p for n, p in inspect.signature(ToolEnv.__init__).parameters.items()
-              if n not in ("self", "tasks", "tools")]
-    lines = ["  every env:"] + [f"    {p.name} ({p.annotation}, default {p.default!r})" for p in shared]
-    for family, (env_id, entry, _) in FAMILY_ENVS.items():
-        module, _, name = entry.partition(":")
-        own = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters.values()
-               if p.kind is not p.VAR_KEYWORD]
-        lines += [f"  {env_id}:"] + [f"    {p.name} ({p.annotation}, default {p.default!r})" for p in own]
-        world = WORLDS[FAMILY_WORLDS[family]].config_class
-        lines += [f"    world.{key} ({tp}, default {default}): {text}" for key, tp, default, text in describe_config(world)]
-    return "\n".join(lines)
 
 
 # what a user's mistake raises: the message names the id, file or key and what to do (UserError

@@ -50,7 +50,7 @@ def learner_class(algo: str) -> Any:
 
 def _train(args: argparse.Namespace) -> int:
     from agent_envs.base.config import build_config, config_dict, format_help
-    from agent_envs.envs import check_env_kwargs
+    from agent_envs.envs import env_settings_help
     from algorithms.base.preflight import USER_ERRORS, preflight_learner
     from algorithms.core.checkpoint import CheckpointError, resolve_resume
     from algorithms.core.run_folder import claim_run_folder
@@ -62,13 +62,13 @@ def _train(args: argparse.Namespace) -> int:
         else:
             print(f"config keys of --algo {args.algo} (set as key=value, or key: value in --config):")
             print(format_help(learner_class(args.algo).config_class))
+        print(f"\nenv settings (env_kwargs.KEY=value):\n{env_settings_help()}")
         return 0
     if args.algo is None:
         raise SystemExit(f"train: --algo is required; choose one of {sorted(ALGORITHMS)}")
     cls = learner_class(args.algo)
     try:  # everything that can be checked without the model, before loading it
         cfg = build_config(cls.config_class, args.config, _with_env(args))
-        cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         _check_algo_in_file(args.config, args.algo)
         preflight_learner(cfg)
         resume = args.resume_from or args.resume
@@ -110,7 +110,7 @@ def _check_algo_in_file(path: str | None, algo: str) -> None:
 
 def _sft(args: argparse.Namespace) -> int:
     from agent_envs.base.config import build_config, format_help
-    from agent_envs.envs import check_env_kwargs
+    from agent_envs.envs import env_settings_help
     from algorithms.base.preflight import USER_ERRORS
     from algorithms.sft import SFTConfig, preflight_sft, run_sft
 
@@ -118,10 +118,10 @@ def _sft(args: argparse.Namespace) -> int:
         print(args.parser.format_help())
         print("config keys (set as key=value, or key: value in --config):")
         print(format_help(SFTConfig))
+        print(f"\nenv settings (env_kwargs.KEY=value):\n{env_settings_help()}")
         return 0
     try:
         cfg = build_config(SFTConfig, args.config, _with_env(args))
-        cfg.env_kwargs = check_env_kwargs(cfg.env, cfg.env_kwargs)
         preflight_sft(cfg)
     except USER_ERRORS as exc:
         raise SystemExit(f"sft: {_mistake(exc)}") from exc

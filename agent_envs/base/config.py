@@ -280,7 +280,9 @@ def _build(cls: type[T], base: T, data: Mapping[str, Any], where: str, prefix: s
         if key not in names:
             raise ValueError(f"{where}: unknown config key {full!r}{suggest(key, names)}")
         tp = hints[key]
-        if _is_config(tp):
+        if _is_config(tp) and isinstance(value, tp):  # the nested config itself, already built
+            values[key] = value
+        elif _is_config(tp):
             if not isinstance(value, Mapping):
                 raise ValueError(f"{where}: {full!r} is a mapping of its keys, got {value!r}")
             values[key] = _build(tp, values[key], value, where, full + ".")

@@ -34,7 +34,8 @@ from agent_envs.base.messages import MESSAGES
 from agent_envs.base.reward import RewardResult
 from agent_envs.base.task import Task
 from agent_envs.base.tool import Tool, ToolResult
-from agent_envs.core.protocols import PROMPT_VERSION, ParsedAction, Protocol, make_protocol
+from agent_envs.core.env_config import ToolEnvConfig
+from agent_envs.core.protocols import PROMPT_VERSION, ParsedAction, make_protocol
 from agent_envs.core.spaces import UnicodeText
 from agent_envs.rewards.recipe import RewardFn, grader, make_reward
 
@@ -165,74 +166,39 @@ class ToolEnv(gym.Env[str, str]):
     Args:
         tasks: the tasks to play (a list of `Task`, a benchmark, or a procedural world).
         tools: the enabled tools; their names are the protocol's tags / function names.
-        protocol: `"arpo"` (inline tags, default), `"json"` (Hermes tool calls) or a `Protocol`.
-        reward: a recipe name (`standard`, `binary`, `f1`, `arpo`) or a callable; see
-            `agent_envs.rewards.recipe`. `reward_kwargs` go to the recipe.
-        max_tool_calls: tool calls allowed in total; later calls get the limit message.
-        max_calls_per_tool: optional per-tool limits, e.g. `{"python": 5, "search": 10}`.
-        max_turns: hard cap on steps; reaching it ends the episode with `truncated=True`.
-        max_response_chars: budget of the response in characters (always enforced).
-        max_response_tokens: budget in tokens, enforced when a `tokenizer` is given.
-        tokenizer: a Hugging Face tokenizer: renders the prompt with its chat template and
-            gives `info["prompt_token_ids"]`.
-        tool_timeout_s: wall-clock deadline per tool call enforced by the env (defaults to the
-            tool's own `timeout_s` plus a second of grace).
-        prefill: the text the chat template writes when it opens the assistant turn; the format
-            check counts it with the response, so a `<think>` a Qwen3 thinking template pre-fills
-            is not missing. None: what the tokenizer's template writes
-            (`Protocol.generation_prefill`); nothing without a tokenizer.
+        config: the settings (`ToolEnvConfig`, or a family's subclass of it); or give them as
+            keywords, `ToolEnv(tasks, tools, max_tool_calls=2)`, checked the same way. Each key's
+            meaning and default: `ToolEnvConfig`, or `agent-envs play --help`.
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
 
-    def __init__(
-        self,
-        tasks: TaskSource,
-        tools: Sequence[Tool] = (),
-        *,
-        protocol: str | Protocol = "arpo",
-        reward: str | RewardFn = "standard",
-        reward_kwargs: Mapping[str, Any] | None = None,
-        max_tool_calls: int = 6,
-        max_calls_per_tool: Mapping[str, int] | None = None,
-        max_turns: int | None = None,
-        max_response_chars: int = 32_768,
-        max_response_tokens: int | None = 8_192,
-        tokenizer: Any = None,
-        tool_timeout_s: float | None = None,
-        system_prompt: str | None = None,
-        render_mode: str | None = None,
-        prefill: str | None = None,
-    ) -> None:
+    def __init__(self, tasks: TaskSource, tools: Sequence[Tool] = (), config: ToolEnvConfig | None = None,
+                 **settings: Any) -> None:
+        if config is None:
+            config = ToolEnvConfig.of(settings)
+        elif settings:
+            raise TypeError(f"ToolEnv takes its settings as a config or as keywords, not both (got {sorted(settings)})")
         if len(tasks) == 0:
             raise ValueError("ToolEnv needs at least one task; the task source is empty")
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
-        # 0 tool calls is a no-tool baseline; a negative limit would read as "none" in one check
-        # and "unlimited" in another, so it is refused
-        limits = {"max_tool_calls": (max_tool_calls, 0), "max_turns": (max_turns, 1),
-                  "max_response_chars": (max_response_chars, 1), "max_response_tokens": (max_response_tokens, 1),
-                  **{f"max_calls_per_tool.{k}": (v, 0) for k, v in (max_calls_per_tool or {}).items()}}
-        for key, (value, least) in limits.items():
-            if value is not None and value < least:
-                raise ValueError(f"env setting {key} must be >= {least}, got {value}")
+        self.config = config
         self.tasks = tasks
         self.tools = {t.name: t for t in tools}
-        self.protocol = make_protocol(protocol, tokenizer)
-        self.reward_fn = make_reward(reward, **dict(reward_kwargs or {}))  # the setter picks its grader
-        self.max_tool_calls = max_tool_calls
-        self.max_calls_per_tool = dict(max_calls_per_tool or {})
-        self.max_turns = max_turns if max_turns is not None else max_tool_calls + 4
-        self.max_response_chars = max_response_chars
-        self.max_response_tokens = max_response_tokens
-        self.tokenizer = tokenizer
-        self.prefill = prefill if prefill is not None else self.protocol.generation_prefill(tokenizer)
-        self.tool_timeout_s = tool_timeout_s
-        self.system_prompt_text = system_prompt
-        self.render_mode = render_mode
+        self.protocol = make_protocol(config.protocol, config.tokenizer)
+        self.reward_fn = make_reward(config.reward, **config.reward_kwargs)  # the setter picks its grader
+        self.max_tool_calls = config.max_tool_calls
+        self.max_calls_per_tool = dict(config.max_calls_per_tool)
+        self.max_turns = config.max_turns if config.max_turns is not None else config.max_tool_calls + 4
+        self.max_response_chars = config.max_response_chars
+        self.max_response_tokens = config.max_response_tokens
+        self.tokenizer = config.tokenizer
+        self.prefill = config.prefill if config.prefill is not None else self.protocol.generation_prefill(self.tokenizer)
+        self.tool_timeout_s = config.tool_timeout_s
+        self.system_prompt_text = config.system_prompt
+        self.render_mode = config.render_mode
         self.observation_space = UnicodeText(max_length=1 << 24)
         self.action_space = UnicodeText(max_length=1 << 24)
         self.metrics = ToolMetrics()

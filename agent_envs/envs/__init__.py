@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import gymnasium as gym
 
@@ -83,10 +81,6 @@ def register_benchmark(spec, **env_defaults) -> str:
     gym.register(id=spec.env_id, entry_point=FAMILY_ENVS[spec.family][1],
                  kwargs={"benchmark": spec.name, **env_defaults}, disable_env_checker=True, order_enforce=False)
     return spec.env_id
-
-
-# the procedural world each family plays by default (its `world=` keyword configures it)
-FAMILY_WORLDS = {"math": "arithmetic", "qa": "knowledge", "search": "web", "notebook": "notebook"}
 
 
 # Other packages' env ids: a distribution names a module (or a function that registers them) in
@@ -168,70 +162,37 @@ def check_env_id(env_id: str, key: str = "env") -> str:
     return name
 
 
-def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], key: str = "env_kwargs",
-                     also: Sequence[str] = ()) -> dict[str, Any]:
-    """`env_kwargs` for `gymnasium.make(env_id, **env_kwargs)`, checked without building the env:
-    every key against the env's constructor (its factory and `ToolEnv`), `world` key by key against
-    the family's world config, values against their annotations. Returns the typed kwargs.
-    `also`: other names the user may have meant (a command's own keys), for the suggestion.
+def family_configs() -> dict[str, type]:
+    """The settings class of each family (`MathEnvConfig`, ...): what `gym.make` of its ids takes."""
+    from agent_envs.envs.math import MathEnvConfig
+    from agent_envs.envs.notebook import NotebookEnvConfig
+    from agent_envs.envs.qa import QAEnvConfig
+    from agent_envs.envs.search import SearchEnvConfig
 
-        >>> check_env_kwargs("AgentMath-v0", {"max_tool_calls": 2.0, "world": {"difficulty": 2}})
-        {'max_tool_calls': 2, 'world': {'difficulty': 2}}
-        >>> check_env_kwargs("AgentMath-v0", {"max_tool_cals": 2})
-        Traceback (most recent call last):
-        ...
-        agent_envs.base.config.UserError: env_kwargs.max_tool_cals: AgentMath-v0 has no such setting (did you mean 'max_tool_calls'?); see `agent-envs play --help`
-    """
-    from agent_envs.base.config import UserError, coerce, suggest
-    from agent_envs.envs.resources import env_keywords
-    from agent_envs.worlds import WORLDS
-    from agent_envs.worlds.base import world_config
-
-    registered = check_env_id(env_id)
-    if not isinstance(env_kwargs, Mapping):
-        raise UserError(f"config field {key!r} is a mapping of env settings, got {env_kwargs!r}")
-    spec = gym.spec(registered)
-    family = next((f for f, (_, entry, _) in FAMILY_ENVS.items() if entry == spec.entry_point), None)
-    if family is None:  # an id registered by someone else: its constructor is not ours to read
-        return dict(env_kwargs)
-    module, _, name = spec.entry_point.partition(":")
-    factory = getattr(importlib.import_module(module), name)
-    known = env_keywords(factory)
-    hints = _keyword_types(factory)
-    out: dict[str, Any] = {}
-    for k, value in env_kwargs.items():
-        if k not in known:
-            raise UserError(f"{key}.{k}: {env_id} has no such setting{suggest(k, [*known, *also])}; "
-                            "see `agent-envs play --help`")
-        if k == "world" and value is not None:
-            config_class = WORLDS[FAMILY_WORLDS[family]].config_class
-            config = world_config(config_class, value, where=env_id, prefix=f"{key}.world.")
-            out[k] = {f: getattr(config, f) for f in value} if isinstance(value, Mapping) else value
-        elif k in hints:
-            try:
-                out[k] = coerce(hints[k], value, f"{key}.{k}")
-            except ValueError as exc:
-                raise UserError(f"{env_id}: {exc}") from None
-        else:
-            out[k] = value
-    return out
+    return {"math": MathEnvConfig, "qa": QAEnvConfig, "search": SearchEnvConfig, "notebook": NotebookEnvConfig}
 
 
-def _keyword_types(factory: Any) -> dict[str, Any]:
-    """Annotations of the factory's and `ToolEnv`'s keywords that can be checked (plain types)."""
-    import typing
+def env_config_class(env_id: str) -> type | None:
+    """The settings class of a registered id of this package's families; None for any other id
+    (another package's, `AgentRemote-v0`): its constructor is not ours to read."""
+    entry = gym.spec(env_id).entry_point
+    family = next((f for f, (_, factory, _) in FAMILY_ENVS.items() if factory == entry), None)
+    return None if family is None else family_configs()[family]
 
-    from agent_envs.core.env import ToolEnv
 
-    hints: dict[str, Any] = {}
-    for fn in (ToolEnv.__init__, factory):
-        try:
-            hints.update(typing.get_type_hints(fn))
-        except (NameError, TypeError):  # an annotation that names something not importable here
-            continue
-    simple = (int, float, bool, str, type(None))
-    return {k: tp for k, tp in hints.items()
-            if tp in simple or all(a in simple for a in typing.get_args(tp) or (None,))}
+def env_settings_help() -> str:
+    """Every setting of the family envs with its type, default and help (`play`, `evaluate` and
+    `train` `--help`): the ones all envs share, then each family's own and its world's keys."""
+    from agent_envs.base.config import describe_config
+    from agent_envs.core.env_config import ToolEnvConfig
+
+    common = describe_config(ToolEnvConfig)
+    lines = ["  every env:"] + [f"    {key} ({tp}, default {default}): {text}" for key, tp, default, text in common]
+    for family, config in family_configs().items():
+        lines.append(f"  {FAMILY_ENVS[family][0]} (a benchmark's id takes its family's):")
+        lines += [f"    {key} ({tp}, default {default}): {text}" for key, tp, default, text in describe_config(config)
+                  if (key, tp, default) not in {row[:3] for row in common}]
+    return "\n".join(lines)
 
 
 def env_summaries() -> list[tuple[str, str]]:

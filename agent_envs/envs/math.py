@@ -19,31 +19,32 @@ Defaults follow the ARPO reasoning setting: python only, 3 tool calls in total.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from agent_envs.base.task import Task
+from agent_envs.base.config import option
 from agent_envs.core.env import ToolEnv
-from agent_envs.envs.resources import check_env_keywords, python_tool, resolve_tasks, world_with_tools
+from agent_envs.envs.resources import TaskFileConfig, python_tool, world_with_tools
+from agent_envs.worlds.arithmetic import ArithmeticConfig, ArithmeticWorld
 
 
-def make_math_env(
-    benchmark: str | None = None,
-    data_files: str | Sequence[str] | None = None,
-    split: str | None = None,
-    tasks: Sequence[Task] | None = None,
-    world: Mapping[str, Any] | None = None,
-    python: Mapping[str, Any] | None = None,
-    max_tool_calls: int = 3,
-    **env_kwargs: Any,
-) -> ToolEnv:
-    """Build a math env. `python` configures the sandbox (see `PythonTool`)."""
-    check_env_keywords(make_math_env, env_kwargs)
-    source = resolve_tasks(benchmark, data_files, split, tasks, reward="math")
+@dataclass
+class MathEnvConfig(TaskFileConfig):
+    """AgentMath-v0's settings: ToolEnv's, the task source's, the world's and the sandbox's."""
+
+    max_tool_calls: int = option(3, "tool calls allowed in an episode (3: ARPO's reasoning setting, docs/envs.md)")
+    world: ArithmeticConfig = option(factory=ArithmeticConfig, help="the arithmetic world played when no tasks "
+                                     "are given")
+    python: dict | None = option(None, "PythonTool settings of the sandbox (null: the world's tool, or the "
+                                 "default sandbox for a benchmark)")
+
+
+def make_math_env(**settings: Any) -> ToolEnv:
+    """Build a math env from `MathEnvConfig`'s keys."""
+    config = MathEnvConfig.of(settings, "AgentMath-v0")
+    source = config.task_source(reward="math")
     if source is None:
-        from agent_envs.worlds import ArithmeticConfig, ArithmeticWorld
-
-        source, tools = world_with_tools("arithmetic", ArithmeticWorld, ArithmeticConfig, world)
-        if python is None:
-            return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)
-    return ToolEnv(source, [python_tool(dict(python or {}))], max_tool_calls=max_tool_calls, **env_kwargs)
+        source, tools = world_with_tools(ArithmeticWorld, config.world)
+        if config.python is None:
+            return ToolEnv(source, tools, config)
+    return ToolEnv(source, [python_tool(config.python)], config)

@@ -12,24 +12,31 @@ fails with a `NameError`, to measure what the state is worth.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from agent_envs.base.config import option
 from agent_envs.core.env import ToolEnv
-from agent_envs.envs.resources import check_env_keywords, python_tool, world_with_tools
+from agent_envs.core.env_config import ToolEnvConfig
+from agent_envs.envs.resources import python_tool, world_with_tools
+from agent_envs.worlds.notebook import NotebookConfig, NotebookWorld
 
 
-def make_notebook_env(
-    world: Mapping[str, Any] | None = None,
-    python: Mapping[str, Any] | None = None,
-    max_tool_calls: int = 8,
-    **env_kwargs: Any,
-) -> ToolEnv:
-    """Build a notebook env. `python` configures the sandbox (default: a session per episode)."""
-    from agent_envs.worlds.notebook import NotebookConfig, NotebookWorld
+@dataclass
+class NotebookEnvConfig(ToolEnvConfig):
+    """AgentNotebook-v0's settings: ToolEnv's, the world's and the sandbox's."""
 
-    check_env_keywords(make_notebook_env, env_kwargs)
-    source, tools = world_with_tools("notebook", NotebookWorld, NotebookConfig, world)
-    if python is not None:
-        tools = [python_tool({"session": True, **python})]
-    return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+    max_tool_calls: int = option(8, "tool calls allowed in an episode (8: room for a task's steps and a retry "
+                                 "or two, docs/envs.md)")
+    world: NotebookConfig = option(factory=NotebookConfig, help="the notebook world")
+    python: dict | None = option(None, "PythonTool settings that replace the world's session tool "
+                                 "({session: false}: the stateless tool)")
+
+
+def make_notebook_env(**settings: Any) -> ToolEnv:
+    """Build a notebook env from `NotebookEnvConfig`'s keys (default: a python session per episode)."""
+    config = NotebookEnvConfig.of(settings, "AgentNotebook-v0")
+    source, tools = world_with_tools(NotebookWorld, config.world)
+    if config.python is not None:
+        tools = [python_tool({"session": True, **config.python})]
+    return ToolEnv(source, tools, config)

@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from agent_envs.base.config import UserError, option
 from agent_envs.base.paths import cache_root
-from agent_envs.base.task import Task
 from agent_envs.core.env import ToolEnv
 from agent_envs.data.download import PASSAGE_SOURCES
 from agent_envs.data.loaders import benchmark_path, data_dir
 from agent_envs.data.passages import PASSAGE_FIELDS, collect_passages, write_passage_corpus
 from agent_envs.data.registry import get_spec
-from agent_envs.envs.resources import check_env_keywords, python_tool, resolve_tasks, shared, world_with_tools
+from agent_envs.envs.resources import TaskFileConfig, python_tool, shared, world_with_tools
+from agent_envs.worlds.knowledge import KnowledgeConfig, KnowledgeWorld
 
 DEFAULT_CORPUS = "corpus/wiki_multihop_mini.jsonl"
 
@@ -102,30 +104,30 @@ def _passage_corpus(name: str, files: list[str]) -> str | None:
     return str(path)
 
 
-def make_qa_env(
-    benchmark: str | None = None,
-    data_files: str | Sequence[str] | None = None,
-    split: str | None = None,
-    tasks: Sequence[Task] | None = None,
-    world: Mapping[str, Any] | None = None,
-    corpus: str | None = None,
-    retriever_url: str | None = None,
-    topk: int = 3,
-    python: Mapping[str, Any] | None = None,
-    max_tool_calls: int = 6,
-    **env_kwargs: Any,
-) -> ToolEnv:
-    """`python` (PythonTool settings, `{}` for defaults) adds the python tool beside search."""
-    check_env_keywords(make_qa_env, env_kwargs)
-    source = resolve_tasks(benchmark, data_files, split, tasks, reward="qa")
-    if source is None and corpus is None and retriever_url is None:
-        from agent_envs.worlds import KnowledgeConfig, KnowledgeWorld
+@dataclass
+class QAEnvConfig(TaskFileConfig):
+    """AgentQA-v0's settings: ToolEnv's, the task source's, the world's and the search's."""
 
-        w, tools = world_with_tools("knowledge", KnowledgeWorld, KnowledgeConfig, world)
-        return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+    world: KnowledgeConfig = option(factory=KnowledgeConfig, help="the knowledge-base world played when no "
+                                    "tasks, corpus or retriever are given")
+    corpus: str | None = option(None, "a JSONL corpus (id, title, text) searched with BM25 (null: the data "
+                                "folder's, or the passages of the question files)")
+    retriever_url: str | None = option(None, "a retrieval server to search instead (agent-envs serve-retriever)")
+    topk: int = option(3, "passages per search")
+    python: dict | None = option(None, "PythonTool settings: adds the python tool beside search ({}: defaults)")
+
+
+def make_qa_env(**settings: Any) -> ToolEnv:
+    """Build a QA env from `QAEnvConfig`'s keys."""
+    config = QAEnvConfig.of(settings, "AgentQA-v0")
+    source = config.task_source(reward="qa")
+    if source is None and config.corpus is None and config.retriever_url is None:
+        world, tools = world_with_tools(KnowledgeWorld, config.world)
+        return ToolEnv(world, tools, config)
     if source is None:
-        raise ValueError("AgentQA-v0 with a corpus or retriever needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
-    tools = [search_tool(corpus, retriever_url, topk, benchmark, data_files)]
-    if python is not None:
-        tools.append(python_tool(dict(python)))
-    return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+        raise UserError("AgentQA-v0 with a corpus or retriever needs tasks: pass benchmark=..., data_files=... "
+                        "or tasks=[...]")
+    tools = [search_tool(config.corpus, config.retriever_url, config.topk, config.benchmark, config.data_files)]
+    if config.python is not None:
+        tools.append(python_tool(config.python))
+    return ToolEnv(source, tools, config)

@@ -1,4 +1,5 @@
-"""One instance per configuration of the expensive things envs use, shared within a process.
+"""What the env families share: one instance per configuration of the expensive things they use
+(shared within a process), and the settings of a family that plays a benchmark or a task file.
 
 `gymnasium.make` builds a new env each call; a vector of 64 envs must not start 64 sandbox
 pools or build 64 BM25 indexes. Tools and worlds are stateless between calls, so envs with the
@@ -8,11 +9,15 @@ same configuration share one instance.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from agent_envs.base.config import UserError, option
+from agent_envs.base.task import Task
+from agent_envs.core.env_config import ToolEnvConfig
 
 T = TypeVar("T")
 _CACHE: dict[str, Any] = {}
@@ -28,53 +33,42 @@ def shared(kind: str, factory: Callable[..., T], **kwargs: Any) -> T:
         return _CACHE[key]
 
 
-def world_with_tools(kind: str, world_cls: Any, config_cls: Any, kwargs: dict | None) -> tuple[Any, list]:
-    """The shared procedural world of this configuration and the shared tools it needs.
-
-    `kwargs` (the env's `world=` mapping) is checked key by key against the world's config, so a
-    misspelt field names the closest one instead of failing inside a constructor."""
-    from agent_envs.worlds.base import world_config
-
-    kwargs = dataclasses.asdict(world_config(config_cls, kwargs, where=f"{kind} world"))
-    world = shared(f"world:{kind}", lambda **kw: world_cls(config_cls(**kw)), **kwargs)
-    tools = shared(f"tools:{kind}", lambda **_: world.make_tools(), **kwargs)
+def world_with_tools(world_cls: Any, config: Any) -> tuple[Any, list]:
+    """The shared procedural world of this (checked) config and the shared tools it needs."""
+    key = dataclasses.asdict(config)
+    world = shared(f"world:{world_cls.name}", lambda **_: world_cls(config), **key)
+    tools = shared(f"tools:{world_cls.name}", lambda **_: world.make_tools(), **key)
     return world, tools
 
 
-def check_env_keywords(factory: Callable[..., Any], env_kwargs: dict[str, Any]) -> None:
-    """Refuse keywords that neither `factory` nor `ToolEnv` takes, naming the closest one (what
-    `gymnasium.make(id, **kwargs)` hands on to `ToolEnv` would otherwise end in a TypeError)."""
-    from agent_envs.base.config import UserError, suggest
+@dataclass
+class TaskFileConfig(ToolEnvConfig):
+    """The settings of a family that plays a named benchmark, a file or given tasks instead of
+    its world (math, QA, search)."""
 
-    known = env_keywords(factory)
-    for key in env_kwargs:
-        if key not in known:
-            raise UserError(f"env keyword {key!r} is not a setting of this env{suggest(key, known)}; "
-                            f"settings: {', '.join(known)}")
+    benchmark: str | None = option(None, "a named benchmark to play instead of the world (aime24, hotpotqa, "
+                                   "gaia, ...): its data folder's files (docs/benchmarks-data.md)")
+    data_files: str | list[str] | None = option(None, "your own JSONL task file(s) (question, answer) to play "
+                                                "instead of the world, or a benchmark's file")
+    split: str | None = option(None, "the benchmark's split (null: its default)")
+    tasks: list[Task] | None = option(None, "a list of agent_envs.Task to play (Python only)")
 
+    def validate(self) -> None:
+        super().validate()
+        if self.tasks is not None and (self.benchmark is not None or self.data_files is not None):
+            raise UserError("env_kwargs: pass either tasks=[...] or benchmark=/data_files=, not both")
 
-def env_keywords(factory: Callable[..., Any]) -> list[str]:
-    """The keyword settings of an env: the factory's own, then `ToolEnv`'s (those it passes on)."""
-    from agent_envs.core.env import ToolEnv
+    def task_source(self, reward: str) -> Any:
+        """The tasks given, the named benchmark or the user's file; None means "play the world"."""
+        if self.tasks is not None:
+            return list(self.tasks)
+        if self.benchmark is None and self.data_files is None:
+            return None
+        from agent_envs.data import load_benchmark, load_tasks
 
-    names = [n for n, p in inspect.signature(factory).parameters.items() if p.kind is not p.VAR_KEYWORD]
-    names += [n for n in inspect.signature(ToolEnv.__init__).parameters if n not in ("self", "tasks", "tools")]
-    return list(dict.fromkeys(names))
-
-
-def resolve_tasks(benchmark: str | None, data_files: Any, split: str | None, tasks: Any, reward: str) -> Any:
-    """Tasks given directly, a named benchmark, or a user's own data file; None means "use the world"."""
-    if tasks is not None:
-        if benchmark is not None or data_files is not None:
-            raise ValueError("pass either tasks=[...] or benchmark=/data_files=, not both")
-        return list(tasks)
-    if benchmark is None and data_files is None:
-        return None
-    from agent_envs.data import load_benchmark, load_tasks
-
-    if benchmark is not None:
-        return load_benchmark(benchmark, data_files=data_files, split=split)
-    return load_tasks(data_files, reward=reward)
+        if self.benchmark is not None:
+            return load_benchmark(self.benchmark, data_files=self.data_files, split=self.split)
+        return load_tasks(self.data_files, reward=reward)
 
 
 def python_tool(settings: dict | None = None) -> Any:

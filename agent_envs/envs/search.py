@@ -24,51 +24,51 @@ LLM judge (see docs/benchmarks-data.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from agent_envs.base.task import Task
+from agent_envs.base.config import UserError, option
 from agent_envs.core.env import ToolEnv
 from agent_envs.envs.qa import search_tool
-from agent_envs.envs.resources import check_env_keywords, resolve_tasks, shared, world_with_tools
+from agent_envs.envs.resources import TaskFileConfig, shared, world_with_tools
+from agent_envs.worlds.web import WebConfig, WebWorld
 
 
-def make_search_env(
-    benchmark: str | None = None,
-    data_files: str | Sequence[str] | None = None,
-    split: str | None = None,
-    tasks: Sequence[Task] | None = None,
-    world: Mapping[str, Any] | None = None,
-    search: str = "local",
-    corpus: str | None = None,
-    retriever_url: str | None = None,
-    web: Mapping[str, Any] | None = None,
-    browse: bool = True,
-    topk: int = 10,
-    max_tool_calls: int = 6,
-    **env_kwargs: Any,
-) -> ToolEnv:
-    """`search` is `local` (BM25 corpus or retriever server) or `web` (a web-search API; `web`
-    holds its settings, e.g. {"provider": "serper", "api_key_env": "SERPER_API_KEY"})."""
-    check_env_keywords(make_search_env, env_kwargs)
-    source = resolve_tasks(benchmark, data_files, split, tasks, reward="qa")
-    if source is None and corpus is None and retriever_url is None and search == "local":
-        from agent_envs.worlds import WebConfig, WebWorld
+@dataclass
+class SearchEnvConfig(TaskFileConfig):
+    """AgentSearch-v0's settings: ToolEnv's, the task source's, the world's, search's and browse's."""
 
-        w, tools = world_with_tools("web", WebWorld, WebConfig, world)
-        return ToolEnv(w, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+    world: WebConfig = option(factory=WebConfig, help="the linked-web world played when no tasks, corpus or "
+                              "retriever are given")
+    search: Literal["local", "web"] = option("local", "local: BM25 over a corpus or a retriever server; web: a "
+                                             "web-search API (settings in web)")
+    corpus: str | None = option(None, "a JSONL corpus (id, title, text) searched with BM25 (search=local)")
+    retriever_url: str | None = option(None, "a retrieval server to search instead (agent-envs serve-retriever)")
+    web: dict | None = option(None, "web-search settings, e.g. {provider: serper, api_key_env: SERPER_API_KEY}")
+    browse: bool = option(True, "add the browse tool, which reads a page")
+    topk: int = option(10, "results per search")
+
+
+def make_search_env(**settings: Any) -> ToolEnv:
+    """Build a search env from `SearchEnvConfig`'s keys."""
+    config = SearchEnvConfig.of(settings, "AgentSearch-v0")
+    source = config.task_source(reward="qa")
+    if source is None and config.corpus is None and config.retriever_url is None and config.search == "local":
+        world, tools = world_with_tools(WebWorld, config.world)
+        return ToolEnv(world, tools, config)
     if source is None:
-        raise ValueError("AgentSearch-v0 with real search needs tasks: pass benchmark=..., data_files=... or tasks=[...]")
+        raise UserError("AgentSearch-v0 with real search needs tasks: pass benchmark=..., data_files=... or "
+                        "tasks=[...]")
     from agent_envs.retrieval import WebBackend
     from agent_envs.tools.browse import BrowseTool
     from agent_envs.tools.search import SearchTool
 
-    if search == "web":
-        tools: list = [shared("tool:search-web", lambda **kw: SearchTool(WebBackend(**kw), topk=topk), **dict(web or {}))]
-    elif search == "local":
-        tools = [search_tool(corpus, retriever_url, topk, benchmark, data_files, web=True)]
+    if config.search == "web":
+        tools: list = [shared("tool:search-web", lambda **kw: SearchTool(WebBackend(**kw), topk=config.topk),
+                              **(config.web or {}))]
     else:
-        raise ValueError(f"search={search!r} is unknown; use 'local' or 'web'")
-    if browse:
+        tools = [search_tool(config.corpus, config.retriever_url, config.topk, config.benchmark,
+                             config.data_files, web=True)]
+    if config.browse:
         tools.append(shared("tool:browse", BrowseTool))
-    return ToolEnv(source, tools, max_tool_calls=max_tool_calls, **env_kwargs)
+    return ToolEnv(source, tools, config)

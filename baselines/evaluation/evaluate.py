@@ -59,7 +59,7 @@ from agent_envs.base.config import (
     option,
     require,
 )
-from agent_envs.envs import check_env_kwargs
+from agent_envs.envs import check_env_id, env_settings_help
 from agent_envs.rewards.qa import answer_in_text
 from algorithms.base.preflight import check_engine, check_env, check_model
 from baselines.evaluation.passk import summarize, tool_use_by_need
@@ -150,7 +150,7 @@ def resolve(cfg: EvalConfig, engine: Any = None) -> tuple[EvalConfig, Any, list[
     kw_from = [f"{run_from['env_kwargs']}" for _ in [0] if same_env and run["env_kwargs"]]
     kw_from += [f"command line: {', '.join(sorted(cfg.env_kwargs))}" for _ in [0] if cfg.env_kwargs]
     sources["env_kwargs"] = "; ".join(kw_from) or "none"
-    env_kwargs = check_env_kwargs(env, env_kwargs)
+    check_env_id(env)  # the settings are checked where the env is made (check_eval_inputs)
     sampling: dict[str, Any] = {}
     for key in SAMPLING_KEYS:
         given = getattr(cfg, key)
@@ -474,7 +474,8 @@ def add_cli(subparsers: Any) -> None:
                     f"greedily and at its sampling setup with {RUN_SAMPLES} samples per task, as the quickstart "
                     "and compare report it. What is used, and from where, is printed before the run starts.",
         epilog="Every setting is also a key=value argument (n=4, env_kwargs.world.difficulty=2) and a "
-               "key in --config; the env is --env (or env=ID) everywhere.",
+               "key in --config; the env is --env (or env=ID) everywhere.\n\n"
+               f"env settings (env_kwargs.KEY=value):\n{env_settings_help()}",
     )
     add_flags(p, EvalConfig, FLAGS)
     p.add_argument("--k", dest="ks", default=None, metavar="K,K", help="the same as --ks")
