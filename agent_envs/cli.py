@@ -7,10 +7,12 @@
     agent-envs sft ... / train --algo grpo ... / evaluate ... / compare ...   (learner extras)
     agent-envs --import my_envs play MyBench-v0   # ids your own module registers (also: my_envs:MyBench-v0)
 
-Subcommands live next to what they run: each module offers `add_cli(subparsers)`. Learner
-subcommands are found only when the `algorithms` / `baselines` packages import (the `train`
-extra), so `agent_envs` itself never imports learner code. Env ids of other packages are found
-through their `agent_envs.envs` entry points, `--import MODULE` or a `MODULE:ID` id
+Subcommands live next to what they run: each module offers `add_cli(subparsers)`. This
+package's own are imported here; those of `algorithms` and `baselines` (learners, evaluation,
+comparison) register through the `agent_envs.commands` entry points of the installed package,
+so `agent_envs` never imports the packages above it, and a learner subcommand whose extra
+(`train`) is missing is left out. Env ids of other packages are found through their
+`agent_envs.envs` entry points, `--import MODULE` or a `MODULE:ID` id
 (docs/adding-a-benchmark.md).
 """
 
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import os
 import re
 import sys
@@ -26,20 +27,25 @@ import traceback
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from importlib.metadata import distributions
 
 from agent_envs.base.config import UserError, add_flags, format_help, option
+from agent_envs.data import download
+from agent_envs.server import env_server, mcp, retriever, sandbox
 
-# modules that may contribute subcommands; missing optional ones are skipped
-_SUBCOMMAND_MODULES = (
-    "agent_envs.data.download",
-    "agent_envs.server.retriever",
-    "agent_envs.server.sandbox",
-    "agent_envs.server.env_server",
-    "agent_envs.server.mcp",
-    "algorithms.cli",
-    "algorithms.gateway.server",
-    "baselines.cli",
-)
+# Subcommands of the packages above this one (`train`, `evaluate`, ...): each installed
+# distribution names an `add_cli(subparsers)` in this entry-point group (pyproject.toml), so this
+# package finds them without knowing them; missing optional dependencies leave theirs out
+COMMANDS_GROUP = "agent_envs.commands"
+
+
+def _command_entry_points() -> list:
+    """The `agent_envs.commands` entry points of every distribution on the path, once per target.
+    Not `entry_points(group=...)`, which reads only the first `agent-envs` metadata found: in a
+    checkout on `sys.path`, an `agent_envs.egg-info` left by an older build would hide the
+    installed package's."""
+    found = {ep.value: ep for dist in distributions() for ep in dist.entry_points if ep.group == COMMANDS_GROUP}
+    return sorted(found.values(), key=lambda ep: ep.name)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -137,22 +143,6 @@ def _version() -> str:
         return "(not installed; `pip install -e .` in the checkout)"
 
 
-def port_number(text: str) -> int:
-    """The argparse type of every `--port`: a bad one is a one-line usage error before anything
-    starts or is written.
-
-    >>> port_number("8000")
-    8000
-    """
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535; 0: any free port)") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535; 0: any free port)")
-    return port
-
-
 _IMPORT_HELP = "import MODULE first, for the env ids it registers (repeatable; docs/adding-a-benchmark.md)"
 
 
@@ -176,16 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("items", nargs="*", metavar="ENV | key=value",
                    help="the env id first (or --env), then settings: max_tool_calls=1, world.difficulty=2")
     p.set_defaults(func=_play)
-    for name in _SUBCOMMAND_MODULES:
+    for module in (download, retriever, sandbox, env_server, mcp):
+        module.add_cli(sub)
+    for ep in _command_entry_points():
         try:
-            module = importlib.import_module(name)
+            add_cli = ep.load()
         except ImportError as exc:
-            if name.startswith("agent_envs") or (exc.name and not exc.name.startswith(name.split(".")[0])):
-                # a real missing dependency inside our module deserves a message, not silence
-                print(f"agent-envs: subcommands of {name} unavailable: {exc}", file=sys.stderr)
+            if exc.name and not exc.name.startswith(ep.module.split(".")[0]):
+                # a missing dependency of a package that is there deserves a message, not silence
+                print(f"agent-envs: subcommands of {ep.module} unavailable: {exc}", file=sys.stderr)
             continue
-        if hasattr(module, "add_cli"):
-            module.add_cli(sub)
+        add_cli(sub)
     for command in sub.choices.values():  # `agent-envs play --import my_envs MyBench-v0` reads as well
         command.add_argument("--import", dest="command_imports", action="append", default=[],
                              metavar="MODULE", help=_IMPORT_HELP)

@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from agent_envs.cli import port_number
+    from agent_envs.server.serving import port_number
 
     p.add_argument("env_id", help="a registered env id (agent-envs list)")
     p.add_argument("kwargs", nargs="*", help="env keyword arguments as key=value, typed as YAML "

@@ -175,7 +175,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `serve-mcp` on the package CLI."""
-    from agent_envs.cli import port_number
+    from agent_envs.server.serving import port_number
 
     p = subparsers.add_parser(
         "serve-mcp", help="serve our tools (python, search, browse) as an MCP server",

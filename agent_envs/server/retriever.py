@@ -242,7 +242,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `serve-retriever` on the package CLI."""
-    from agent_envs.cli import port_number
+    from agent_envs.server.serving import port_number
 
     p = subparsers.add_parser(
         "serve-retriever",

@@ -29,6 +29,7 @@ gracefully. `InThread` serves from a background thread, for a caller that blocks
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import signal
 import socket
@@ -41,6 +42,22 @@ from aiohttp import web
 T = TypeVar("T")
 
 DEFAULT_BACKLOG = 128  # the kernel's queue of connections not yet accepted (Python's own default)
+
+
+def port_number(text: str) -> int:
+    """The argparse type of every `--port`: a bad one is a one-line usage error before anything
+    starts or is written.
+
+    >>> port_number("8000")
+    8000
+    """
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535; 0: any free port)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535; 0: any free port)")
+    return port
 
 
 def bind(host: str, port: int, backlog: int = DEFAULT_BACKLOG) -> socket.socket:

@@ -313,7 +313,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `gateway` on the package CLI."""
-    from agent_envs.cli import port_number
+    from agent_envs.server.serving import port_number
 
     p = subparsers.add_parser("gateway", help="OpenAI-compatible endpoint that records calls for training",
                               description=__doc__.split("\n\n")[0])

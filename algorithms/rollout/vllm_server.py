@@ -155,7 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_cli(subparsers: Any) -> None:
-    from agent_envs.cli import port_number
+    from agent_envs.server.serving import port_number
 
     p = subparsers.add_parser(
         "serve-rollout", help="serve a policy with vLLM for server-mode rollouts (weight sync enabled)",

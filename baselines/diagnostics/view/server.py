@@ -481,7 +481,7 @@ def serve(root: str | Path, port: int = DEFAULT_PORT) -> None:
 
 
 def add_cli(subparsers: Any) -> None:
-    from agent_envs.cli import port_number
+    from agent_envs.server.serving import port_number
 
     p = subparsers.add_parser("view", help="browse a run's trajectories as branch trees in the browser")
     p.add_argument("run", help="a run's output_dir, an evaluate --out folder, or a folder of runs")
