@@ -219,10 +219,14 @@ class AgentSource:
 
     def _wait(self, run: AgentRun, stdin_file: Path, environ: dict[str, str]) -> None:
         start = time.monotonic()
-        with open(stdin_file, "rb") as stdin:
-            # its own session and process group: one killpg reaches everything it started
-            proc = subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=environ, start_new_session=True)
+        try:
+            with open(stdin_file, "rb") as stdin:
+                # its own session and process group: one killpg reaches everything it started
+                proc = subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env=environ, start_new_session=True)
+        except OSError as exc:  # not executable, a task too long for the environment (E2BIG), ...
+            run.failure, run.cause = CRASHED, f"could not start: {exc}"
+            return
         out = _Capture(proc.stdout, self.cfg.max_output_bytes)
         err = _Capture(proc.stderr, 0)
         try:

@@ -190,7 +190,7 @@ def play(parts, command: str, **agent: object) -> list:
     return source.rollout([PromptDraw(index=3, group_id=7, seed=0)], 2)
 
 
-def test_a_silent_agent_and_one_printing_garbage_fail_with_their_cause(source_parts):
+def test_silent_garbage_printing_and_unstartable_agents_fail_with_their_cause(source_parts, tmp_path):
     silent = play(source_parts, f"{MISBEHAVING} silent")
     assert [t.end_reason for t in silent] == ["agent_no_model_calls"] * 2
     assert silent[0].components == {"agent_error": "exited without calling the model"}
@@ -198,7 +198,13 @@ def test_a_silent_agent_and_one_printing_garbage_fail_with_their_cause(source_pa
     garbage = play(source_parts, f"{MISBEHAVING} garbage", answer="stdout")
     assert [t.end_reason for t in garbage] == ["agent_bad_output"] * 2
     assert garbage[0].components["agent_error"] == "printed bytes that are not UTF-8 text (at byte 0)"
-    for t in silent + garbage:
+    broken = tmp_path / "agent"  # executable, but its interpreter does not exist
+    broken.write_text("#!/no/such/interpreter\n")
+    broken.chmod(0o755)
+    unstartable = play(source_parts, str(broken))
+    assert [t.end_reason for t in unstartable] == ["agent_crashed"] * 2
+    assert unstartable[0].components["agent_error"].startswith("could not start: [Errno 2]")
+    for t in silent + garbage + unstartable:
         t.validate()
         assert t.group_id == 7 and t.reward == 0.0
 
