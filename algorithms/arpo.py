@@ -69,7 +69,7 @@ class ARPOLearner(Learner):
         result = run_coroutine(
             tree.arollout(
                 [self.env_factory() for _ in draws],
-                self.sampling_params().with_(seed=cfg.seed),
+                self.sampling_params,
                 max_response_tokens=cfg.max_response_tokens,
                 tasks=[d.index for d in draws],
                 group_ids=[d.group_id for d in draws],

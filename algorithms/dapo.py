@@ -106,7 +106,7 @@ class DAPOLearner(Learner):
         if not cfg.dynamic_sampling:
             return super().collect(step)
         quota = cfg.prompts_per_step // self.world  # groups this rank must keep
-        g = self.sequences_per_prompt()
+        g = cfg.group_size
         kept: list[Any] = []
         generated = kept_groups = 0
         rounds = 0

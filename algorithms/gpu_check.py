@@ -51,13 +51,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from agent_envs.base.config import add_flags, build_config, check_types, flag_values, option, require
 from algorithms.core.capacity import QWEN25, ModelShape
+
+if TYPE_CHECKING:
+    from algorithms.core.learner import Learner
 
 GIB = 2**30
 # a shape with every part of the real ones (GQA, tied embeddings, a vocabulary above the tokenizer's)
@@ -236,7 +239,7 @@ class ModelBench:
         self.name, self.shape, self.sizes, self.cfg, self.ctx = name, shape, sizes, cfg, ctx
         self._engine: Any = None
         self._failed: Exception | None = None
-        self._learner: Any = None
+        self._learner: Learner | None = None
         self._learner_key: tuple[str, bool] | None = None
         self.flat_step_s: float | None = None  # the ARPO batch's flat step, for the tree row
         self.path: Path | None = None  # the checkpoint, once built
@@ -404,7 +407,7 @@ class ModelBench:
                 row.note += f"; tree ÷ flat step time {seconds / self.flat_step_s:.2f}"
 
 
-def learner_batch(learner: Any, trajs: list[Any]) -> Any:
+def learner_batch(learner: Learner, trajs: list[Any]) -> Any:
     """The `RolloutBatch` of `trajs` with the learner's rewards and advantages (`train_step`, 2)."""
     from algorithms.core.batch import RolloutBatch
 
@@ -413,7 +416,7 @@ def learner_batch(learner: Any, trajs: list[Any]) -> Any:
     return batch
 
 
-def learner_update(learner: Any, batch: Any) -> None:
+def learner_update(learner: Learner, batch: Any) -> None:
     """Steps 3-4 of `Learner.train_step` on a batch: π_old when it is needed, then one optimizer
     step per mini-batch (a rollout and the engine sync are not part of it)."""
     from algorithms.core.batch import minibatch_rows
@@ -428,7 +431,7 @@ def learner_update(learner: Any, batch: Any) -> None:
             learner.update(batch, rows)
 
 
-def bare_forward_backward(learner: Any, trajs: list[Any], micro_batch: int) -> None:
+def bare_forward_backward(learner: Learner, trajs: list[Any], micro_batch: int) -> None:
     """The model's own forward and backward over every trajectory's tokens, in the learner's
     micro-batches and precision: cross-entropy on the response positions, no optimizer step."""
     device = learner.accelerator.device

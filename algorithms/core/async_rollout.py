@@ -34,10 +34,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from algorithms.core.batch import PromptSampler
 from algorithms.rollout.engine import SamplingParams, Segment
+
+# one step's trajectories and rollout metrics (`Learner.collect`)
+Collect = Callable[[int], tuple[list[Any], dict[str, float]]]
 
 
 class VersionedEngine:
@@ -57,6 +61,7 @@ class VersionedEngine:
         self._syncing = False
         self._batches = 0  # producer batches that syncs must wait for
         self._sync_waiting = 0  # syncs waiting for a batch to end: no new batch starts meanwhile
+        self.sync_s = 0.0  # the last sync's duration, its waits included (`async/sync_s`)
 
     # -- engine calls ---------------------------------------------------------------------------
 
@@ -101,6 +106,7 @@ class VersionedEngine:
 
     def sync_weights(self, model: Any, version: int | None = None) -> None:
         """Load `model` into the engine as `version` (default: the next one)."""
+        t0 = time.perf_counter()
         with self._cond:
             self._sync_waiting += 1
             self._cond.wait_for(lambda: self._batches == 0 and not self._syncing)
@@ -114,6 +120,7 @@ class VersionedEngine:
                 self.version = self.version + 1 if version is None else version
                 self._syncing = False
                 self._cond.notify_all()
+            self.sync_s = time.perf_counter() - t0
 
     def wait_version(self, at_least: int, stop: threading.Event) -> bool:
         """Block until the engine holds version >= `at_least`; False if `stop` was set first."""
@@ -148,30 +155,23 @@ def _stamp(segs: list[Segment], version: int) -> list[Segment]:
     return segs
 
 
-def async_engine(learner: Any, engine: Any) -> VersionedEngine:
-    """The learner's engine for asynchronous training, checked and wrapped."""
-    if learner.world > 1:
+def async_engine(engine: Any, *, policy: Any, world: int, max_staleness: int, version: int) -> VersionedEngine:
+    """`engine` checked and wrapped for asynchronous training; `policy` is the learner's (unwrapped)
+    module, `version` its step."""
+    if world > 1:
         raise ValueError(
-            f"config field 'max_staleness'={learner.config.max_staleness}: asynchronous training runs "
-            f"in a single process, got {learner.world}; launch without accelerate's multi-process "
+            f"config field 'max_staleness'={max_staleness}: asynchronous training runs "
+            f"in a single process, got {world}; launch without accelerate's multi-process "
             "mode or set max_staleness: 0"
         )
     inner = getattr(engine, "model", None)
-    if inner is not None and inner is learner.accelerator.unwrap_model(learner.model):
+    if inner is not None and inner is policy:
         raise ValueError(
-            f"config field 'max_staleness'={learner.config.max_staleness}: the engine passed in decodes "
+            f"config field 'max_staleness'={max_staleness}: the engine passed in decodes "
             "with the learner's own module, which the update changes while it generates; pass an "
             "engine with its own copy of the weights (or none: the learner makes one)"
         )
-    return VersionedEngine(engine, version=learner.step)
-
-
-def publish(learner: Any) -> None:
-    """Sync the updated weights into the wrapped engine as version `learner.step`."""
-    t0 = time.perf_counter()
-    learner.engine.sync_weights(learner.accelerator.unwrap_model(learner.model), version=learner.step)
-    if learner.producer is not None:
-        learner.producer.sync_s = time.perf_counter() - t0
+    return VersionedEngine(engine, version=version)
 
 
 class AsyncRollout:
@@ -181,16 +181,19 @@ class AsyncRollout:
         learner:   take(b), update, publish version b + 1
     """
 
-    def __init__(self, learner: Any) -> None:
-        cfg = learner.config
-        self.learner = learner
-        self.engine: VersionedEngine = learner.engine
-        self.max_staleness = cfg.max_staleness
-        self.drop = cfg.partial_rollouts == "drop"
-        self.whole_batches = learner.one_version_per_group
-        self.sampler_state = learner.sampler.state_dict()  # as of the last batch taken
-        # the last sync's duration: it waits for the engine calls in flight (the next batch's)
-        self.sync_s = 0.0
+    def __init__(self, engine: VersionedEngine, collect: Collect, sampler: PromptSampler, *, max_staleness: int,
+                 drop: bool, whole_batches: bool) -> None:  # fmt: skip
+        """`collect(b)`: batch b's trajectories and metrics (the learner's hook); `sampler`: the
+        prompt sampler it draws from; `drop`: `partial_rollouts: drop`; `whole_batches`: the
+        learner's `one_version_per_group`."""
+        self.engine = engine
+        self.collect = collect
+        self.sampler = sampler
+        self.max_staleness = max_staleness
+        self.drop = drop
+        self.whole_batches = whole_batches
+        self.sampler_state = sampler.state_dict()  # as of the last batch taken
+        self._first = 0  # the first batch produced: no sync of this producer came before it
         self._ready: dict[int, tuple[list[Any], dict[str, float], dict[str, int]]] = {}
         self._error: BaseException | None = None
         self._cond = threading.Condition()
@@ -198,6 +201,7 @@ class AsyncRollout:
         self._thread: threading.Thread | None = None
 
     def start(self, first: int, end: int) -> None:
+        self._first = first
         self._thread = threading.Thread(
             target=self._produce, args=(first, end), name="async-rollout", daemon=True
         )
@@ -223,7 +227,7 @@ class AsyncRollout:
                     "async/dropped": float(dropped),
                     "async/generate_s": time.perf_counter() - t0,
                 }
-                state = self.learner.sampler.state_dict()
+                state = self.sampler.state_dict()
                 with self._cond:
                     self._ready[b] = (trajs, metrics, state)
                     self._cond.notify_all()
@@ -238,11 +242,11 @@ class AsyncRollout:
             if self.whole_batches:
                 self.engine.begin_batch()
                 try:
-                    trajs, metrics = self.learner.collect(b)
+                    trajs, metrics = self.collect(b)
                 finally:
                     self.engine.end_batch()
             else:
-                trajs, metrics = self.learner.collect(b)
+                trajs, metrics = self.collect(b)
             if not self.drop:
                 return trajs, metrics, dropped
             mixed = {t.group_id for t in trajs if len(set(t.policy_version)) > 1}
@@ -265,6 +269,8 @@ class AsyncRollout:
                 raise RuntimeError(f"asynchronous rollout of step {step} failed: {error!r}") from error
             trajs, metrics, self.sampler_state = self._ready.pop(step)
         wait = time.perf_counter() - t0
+        # the last sync's duration: it waits for the engine calls in flight (this batch's)
+        sync_s = self.engine.sync_s if step > self._first else 0.0
         ages = [step - min(t.policy_version) for t in trajs if t.policy_version]
         worst = max(ages, default=0)
         if worst > self.max_staleness:
@@ -278,11 +284,11 @@ class AsyncRollout:
             "async/staleness_max": float(worst),
             "async/partial": float(sum(len(set(t.policy_version)) > 1 for t in trajs)),
             "async/wait_s": wait,
-            "async/sync_s": self.sync_s,
+            "async/sync_s": sync_s,
             # generation the update hid: what the learner waited for neither in the sync before
             # this batch nor when taking it
-            "async/overlap_s": max(0.0, metrics["async/generate_s"] - wait - self.sync_s),
+            "async/overlap_s": max(0.0, metrics["async/generate_s"] - wait - sync_s),
         }
 
 
-__all__ = ["AsyncRollout", "VersionedEngine", "async_engine", "publish"]
+__all__ = ["AsyncRollout", "VersionedEngine", "async_engine"]

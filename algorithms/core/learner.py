@@ -21,10 +21,14 @@ One RL step, `Learner.train_step` (docs/algorithms.md §2.1):
    each scored by `losses.loss_and_metrics` over denominators taken once per mini-batch over every
    rank, so the loss is a true global token mean (§2.3–§2.4);
 4. update: one optimizer step per mini-batch (`Learner.update`);
-5. sync: the new weights go into the rollout engine; `train` then logs and checkpoints.
+5. sync: the new weights go into the rollout engine.
+
+`Learner.train` runs steps until `total_steps`, with validation, logs and checkpoints around them;
+the learner is the one owner of its state (`step`, the sampler, the producer of an async run).
 
 Beside it in `algorithms/core/`: `model_setup` (model, optimizer, engine), `schedule`, `logprobs`,
-`tree_packing`, `metrics`, `health_watch`, `evaluation`, `run` (logs, checkpoints), `ranks`.
+`tree_packing`, `metrics`, `health_watch`, `evaluation`, `checkpoint`, `run` (the run log and
+messages), `ranks`.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from typing import Any
 
 import torch
 
+from agent_envs.base.config import config_dict
 from algorithms.base.seeds import draw_seed, flat_group_id
 from algorithms.core import model_setup as setup
 from algorithms.core.advantages import outcome_advantages, pass_rate_tool_cost
-from algorithms.core.async_rollout import AsyncRollout, async_engine, publish
+from algorithms.core.async_rollout import AsyncRollout, async_engine
 from algorithms.core.batch import (
     MicroBatch,
     PromptDraw,
@@ -50,8 +55,9 @@ from algorithms.core.batch import (
     micro_batches,
     minibatch_rows,
 )
+from algorithms.core.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from algorithms.core.credit import credit_scale, tree_credit, turn_credit
-from algorithms.core.evaluation import held_out_tasks
+from algorithms.core.evaluation import evaluate, held_out_tasks
 from algorithms.core.group_sampling import group_rollout
 from algorithms.core.health_watch import HealthWatch
 from algorithms.core.learner_config import LearnerConfig
@@ -59,8 +65,8 @@ from algorithms.core.logprobs import frozen_logprobs, response_logits, shared_pr
 from algorithms.core.losses import LossConfig, loss_and_metrics
 from algorithms.core.metrics import MinibatchMetrics, StepMetrics, record_advantages, rollout_metrics
 from algorithms.core.ranks import Ranks
-from algorithms.core.run import run_training
-from algorithms.core.run_log import RunLogger
+from algorithms.core.run import announce, open_run_log, warn_without_tool_calls
+from algorithms.core.run_folder import claim_run_folder
 from algorithms.core.threads import apply_threads
 from algorithms.core.tree_packing import TreePacker
 from algorithms.rollout.engine import SamplingParams
@@ -70,8 +76,6 @@ from algorithms.rollout.trajectory import write_jsonl
 class Learner:
     """GRPO on Accelerate. An algorithm subclasses it and overrides only these hooks:
 
-    - `sequences_per_prompt()`: trajectories per prompt draw (G; tree rollouts: the budget M)
-    - `sampling_params()`: the rollout's sampling parameters
     - `rollout(draws)`: this rank's trajectories of its draws (ARPO/AEPO: the tree rollout)
     - `collect(step)`: one step's trajectories and rollout metrics (DAPO: dynamic sampling)
     - `shape_rewards(trajectories)`: the scalar reward per trajectory (DAPO: overlong shaping)
@@ -99,7 +103,8 @@ class Learner:
         self.accelerator = acc = accelerator or setup.make_accelerator(cfg.mixed_precision)
         self.ranks = Ranks(acc)
         self.world, self.rank = self.ranks.world, self.ranks.rank
-        setup.set_accumulation(acc, cfg, self.sequences_per_prompt())
+        # G trajectories per prompt draw (tree rollouts: the budget M)
+        setup.set_accumulation(acc, cfg, cfg.group_size)
         set_seed(cfg.seed + self.rank)
         self.run_dir = Path(cfg.output_dir)
         self.model, self.tokenizer, self.model_path = setup.load_policy(
@@ -122,7 +127,8 @@ class Learner:
         self.health, self.engine = HealthWatch.start(
             cfg, self.engine, self.env_factory, self.tokenizer, self.ranks
         )
-        self.gateway = setup.gateway_source(self) if cfg.rollout_source == "gateway" else None
+        self.gateway = (setup.gateway_source(cfg, self.engine, algo=self.name, world=self.world)
+                        if cfg.rollout_source == "gateway" else None)  # fmt: skip
         self.agents = (setup.agent_source(cfg, self.engine, self.env_factory, self.tokenizer, algo=self.name,
                                           world=self.world) if cfg.rollout_source == "agent" else None)  # fmt: skip
         self.producer: AsyncRollout | None = None  # the rollout thread while an async run trains
@@ -133,28 +139,22 @@ class Learner:
         self.sampler = PromptSampler(num_tasks - len(self.eval_tasks), cfg.seed)
         self.step = 0
         if cfg.max_staleness:
-            self.engine = async_engine(self, self.engine)
-        self.logger: RunLogger | None = None  # while `train` runs
+            self.engine = async_engine(self.engine, policy=acc.unwrap_model(self.model), world=self.world,
+                                       max_staleness=cfg.max_staleness, version=self.step)  # fmt: skip
+        # every rollout samples with these (each episode's seed comes from its prompt draw)
+        self.sampling_params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                                              max_tokens=cfg.max_response_tokens, seed=cfg.seed)  # fmt: skip
 
     # ---- hooks, with GRPO's behaviour; then the prompt draws and the forward pass ----------------
-
-    def sequences_per_prompt(self) -> int:
-        return self.config.group_size
-
-    def sampling_params(self) -> SamplingParams:
-        cfg = self.config
-        return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                              max_tokens=cfg.max_response_tokens)  # fmt: skip
 
     def rollout(self, draws: Sequence[PromptDraw]) -> list[Any]:
         """GRPO's flat group sampling (algorithms/core/group_sampling.py)."""
         cfg = self.config
         if self.agents is not None:  # an agent program plays each sample instead (docs/interop.md)
             return self.agents.rollout(draws, cfg.group_size)
-        params = self.sampling_params().with_(seed=cfg.seed)
         return group_rollout(
             draws, engine=self.engine, env_factory=self.env_factory, tokenizer=self.tokenizer,
-            group_size=cfg.group_size, params=params, max_response_tokens=cfg.max_response_tokens,
+            group_size=cfg.group_size, params=self.sampling_params, max_response_tokens=cfg.max_response_tokens,
         )  # fmt: skip
 
     def collect(self, step: int) -> tuple[list[Any], dict[str, float]]:
@@ -314,15 +314,80 @@ class Learner:
 
     def sync_engine(self) -> None:
         """Push the updated weights into the rollout engine (and reset its prefix cache)."""
-        if self.config.max_staleness:
-            return publish(self)
+        if self.config.max_staleness:  # the versioned engine of an async run: the weights are version `step`
+            return self.engine.sync_weights(self.accelerator.unwrap_model(self.model), version=self.step)
         setup.push_weights(self.accelerator, self.model, self.engine, self.config.engine)
 
+    # ---- the run ---------------------------------------------------------------------------------
+
     def train(self, resume: str | os.PathLike | bool | None = None, overwrite: bool = False) -> list[dict[str, float]]:
-        """Run steps until `total_steps`, with validation, logs and checkpoints around them
-        (algorithms/core/run.py); returns the logged metrics of the steps run here. An
-        `output_dir` that holds another run needs `resume` or `overwrite` (run_folder.py)."""
-        return run_training(self, resume, overwrite)
+        """Run steps until `total_steps`; returns the logged metrics of the steps run here
+        (collective: every rank calls it). Resume from a checkpoint when asked (docs/training.md,
+        Resume), validate before the first step, every `eval_every` steps and at the end, log every
+        step, checkpoint every `save_every` steps and at the end, and export the final policy to
+        `<output_dir>/final_model`. An `output_dir` that holds another run is refused unless
+        `resume` continues it (with the same config) or `overwrite` removes it (run_folder.py)."""
+        cfg, acc = self.config, self.accelerator
+        claim_run_folder(self.run_dir, "train", config=self.run_config(), resume=bool(resume), overwrite=overwrite)
+        # every rank looks at the folder before any rank writes into it: a rank that looked after the
+        # main one wrote config.json would take this very run for another one
+        acc.wait_for_everyone()
+        start = resolve_resume(resume, self.run_dir)
+        if start is not None:
+            state = load_checkpoint(acc, start)
+            self.step = int(state["step"])
+            self.sampler.load_state_dict(state["sampler"])
+            self.sync_engine()
+        logger = open_run_log(cfg, self.run_dir, run_config=self.run_config(), world=self.world,
+                              enabled=acc.is_main_process, resume_step=self.step if start is not None else None)  # fmt: skip
+        if acc.is_main_process:
+            announce(self.name, cfg, run_dir=self.run_dir, resume=resume, start=start, step=self.step)
+        history = []
+        try:
+            if cfg.eval_every and start is None:
+                logger.log(0, self.validate())
+            if cfg.max_staleness:
+                self.producer = AsyncRollout(
+                    self.engine, self.collect, self.sampler, max_staleness=cfg.max_staleness,
+                    drop=cfg.partial_rollouts == "drop", whole_batches=self.one_version_per_group,
+                )  # fmt: skip
+                self.producer.start(self.step, cfg.total_steps)
+            while self.step < cfg.total_steps:
+                metrics = self.train_step()
+                if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.total_steps):
+                    metrics.update(self.validate())
+                logger.log(self.step, metrics)
+                history.append({"step": self.step, **metrics})
+                if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.total_steps:
+                    self.save()
+                if self.step == 1 and acc.is_main_process:
+                    warn_without_tool_calls(metrics)
+            if cfg.total_steps > 0:
+                self.save()
+            if cfg.export_model:
+                setup.export_policy(acc, self.model, self.tokenizer, self.run_dir / "final_model")
+        finally:
+            if self.producer is not None:
+                self.producer.close()
+                self.producer = None
+            logger.close(plot=acc.is_main_process)
+        return history
+
+    def run_config(self) -> dict[str, Any]:
+        """What `config.json` records and a resumed run must match: the algorithm and its resolved config."""
+        return {"algo": self.name, **config_dict(self.config)}
+
+    def validate(self) -> dict[str, float]:
+        """Greedy episodes on the held-out tasks (algorithms/core/evaluation.py)."""
+        return evaluate(model=self.model, engine=self.engine, env_factory=self.env_factory, tasks=self.eval_tasks,
+                        max_response_tokens=self.config.max_response_tokens, health=self.health, ranks=self.ranks)  # fmt: skip
+
+    def save(self) -> Path:
+        """Checkpoint at this step (collective; docs/training.md, Reliability)."""
+        # the producer draws prompts ahead of the learner: save the draw position of the last step taken
+        sampler = self.producer.sampler_state if self.producer is not None else self.sampler.state_dict()
+        state = {"sampler": sampler, "algo": self.name}
+        return save_checkpoint(self.accelerator, self.run_dir, self.step, state, keep_last=self.config.keep_checkpoints)
 
 
 __all__ = ["Learner"]

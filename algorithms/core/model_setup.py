@@ -156,18 +156,18 @@ def make_engine(cfg: Any, *, path: str, tokenizer: Any, accelerator: Any, model:
     return VLLMEngine(path, **{"seed": cfg.seed, **cfg.engine_kwargs})
 
 
-def gateway_source(learner: Any) -> Any:
-    """The gateway a learner trains from with `rollout_source: gateway` (docs/interop.md): its own
-    engine served on 127.0.0.1; each step's batch is GRPO groups of rewarded sessions."""
+def gateway_source(cfg: Any, engine: Any, *, algo: str, world: int) -> Any:
+    """The gateway the learner of algorithm `algo` trains from with `rollout_source: gateway`
+    (docs/interop.md): its `engine` served on 127.0.0.1; each step's batch is GRPO groups of
+    rewarded sessions."""
     from algorithms.gateway.training import GatewaySource
 
-    if learner.name != "grpo":  # DAPO, ARPO and AEPO change the rollout that sessions replace
+    if algo != "grpo":  # DAPO, ARPO and AEPO change the rollout that sessions replace
         raise ValueError(f"config field 'rollout_source': gateway sessions replace the rollout, which "
-                         f"{learner.name} changes; train them with --algo grpo")
-    if learner.world > 1:
+                         f"{algo} changes; train them with --algo grpo")
+    if world > 1:
         raise ValueError("config field 'rollout_source': gateway training runs in one process")
-    cfg = learner.config
-    return GatewaySource(learner.engine, port=cfg.gateway_port, model_name=cfg.model, timeout_s=cfg.gateway_timeout_s,
+    return GatewaySource(engine, port=cfg.gateway_port, model_name=cfg.model, timeout_s=cfg.gateway_timeout_s,
                          max_response_tokens=cfg.max_response_tokens)
 
 

@@ -178,7 +178,7 @@ def test_async_config_and_engine_checks(tmp_path):
     assert learner.engine.model is learner.model
     learner.config.max_staleness = 1
     with pytest.raises(ValueError, match="decodes with the learner's own module"):
-        async_engine(learner, learner.engine)
+        async_engine(learner.engine, policy=learner.model, world=1, max_staleness=1, version=0)
 
 
 @pytest.mark.slow
