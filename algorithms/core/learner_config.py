@@ -221,7 +221,7 @@ class LearnerConfig:
         need(self.rollout_source == "envs" or (self.engine == "hf" and not self.max_staleness), "rollout_source",
              "gateway sessions are sampled by the learner's own module: it needs engine: hf and max_staleness: 0")
         require(self.rollout_source != "agent" or bool(self.agent.command.strip()), "agent.command",
-                "names the program rollout_source: agent runs (agent.command='python my_agent.py')",
+                "must name the program that rollout_source: agent runs (agent.command='python my_agent.py')",
                 self.agent.command)
         self.agent.validate()
         need(self.eval_every >= 0, "eval_every", "must be >= 0")
