@@ -132,10 +132,7 @@ class EpisodeState:
 
     @property
     def response(self) -> str:
-        segments = self.segments
-        if len(segments) == 1:  # an answer right after the prompt: nothing to join
-            return segments[0][0]
-        return "".join([text for text, _ in segments])
+        return "".join([text for text, _ in self.segments])
 
     @property
     def call_counts(self) -> dict[str, int]:
@@ -359,7 +356,8 @@ class ToolEnv(gym.Env[str, str]):
     def _step(self, action: str) -> StepResult | Coroutine[Any, Any, StepResult]:
         """The one step behind `step`, `astep` and the vector env: the result at once when nothing
         needs waiting (an answer graded in-process, a budget end), else an awaitable of it (a tool
-        call, a judge request, the symbolic math stage)."""
+        call, a judge request, the symbolic math stage). A round trip to the event loop's thread costs
+        tens of microseconds, more than a whole answer step (docs/benchmarks.md, Environments)."""
         st, parsed, info, truncated, why = self._begin(action)
         if why is None:
             return self._act(st, parsed, info)
