@@ -5,7 +5,7 @@
 ARPO, except (each switchable, docs/algorithms.md §7):
 
 * pre-monitoring splits the budget M between global samples and branches (§7.2);
-* the branch probability is damped by a consecutive-branch penalty counted per path (§7.3);
+* the branch probability is damped by a consecutive-branch penalty counted per branch (§7.3);
 * the PPO upper clip keeps a scaled gradient: (1+ε_h)·r/sg(r) above the bound (§7.4): the
   shared loss's `policy_loss: ppo_clip_gradpreserve`, AEPO's default;
 * advantages are reweighted per token by the policy's entropy: Ã = A·(1 + α_H·Ĥ) (§7.5), with Ĥ

@@ -97,7 +97,7 @@ class ARPOLearner(Learner):
         trajs = batch.trajectories
         if mode == "appo":
             forks = [t.parent_id is not None for t in trajs]
-            # initial paths (top-ups too) and forks normalised as two groups per prompt
+            # initial branches (top-ups too) and forks normalised as two groups per prompt
             groups = [2 * int(g) + f for g, f in zip(batch.group_ids.tolist(), forks, strict=True)]
             base = outcome_advantages(batch.rewards, groups, estimator=cfg.advantage_estimator,
                                       scale_rewards=cfg.scale_rewards, eps=cfg.adv_eps)  # fmt: skip
@@ -129,7 +129,7 @@ def hard_attribution(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token advantages and loss mask under hard attribution (docs/algorithms.md §6.7).
 
-    Trajectory i is a fork of `parents[i]` (None for a root: an initial path or a top-up) whose own
+    Trajectory i is a fork of `parents[i]` (None for a root: an initial branch or a top-up) whose own
     tokens start at response offset `offsets[i]`; its positions before that are copies of the
     parent's. The tree is built from this lineage only, never from equal token values.
 
@@ -194,7 +194,7 @@ def appo_attribution(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """APPO's training rule (arXiv 2606.12384, its code's `compute_appo_advantage`; docs/algorithms.md §6.10).
 
-    `advantages` [B] are already normalised in two groups per prompt (paths from the prompt;
+    `advantages` [B] are already normalised in two groups per prompt (branches from the prompt;
     forks). A fork is out of the loss (advantage and mask 0); each position p < offset of its
     parent gets, on top of the parent's own advantage, the mean advantage of the parent's forks
     that share position p. Forks of forks add to their own parent, which is out of the loss too.

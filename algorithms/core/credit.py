@@ -1,7 +1,7 @@
 """Per-token credit (`advantage.credit`): from the rollout tree, or per turn, on top of the outcome.
 
     >>> import torch
-    >>> # a root path (reward 1) forked after its first tool result, at offset 2 (the fork: reward 0)
+    >>> # a root branch (reward 1) forked after its first tool result, at offset 2 (the fork: reward 0)
     >>> tree_credit(torch.tensor([0.5, -0.5]), torch.tensor([1.0, 0.0]), keys=["a", "b"],
     ...             parents=[None, "a"], offsets=[0, 2], lengths=[4, 4], scale=torch.ones(2)).tolist()
     [[0.5, 0.5, 1.0, 1.0], [-0.5, -0.5, -1.0, -1.0]]
@@ -121,7 +121,7 @@ def tree_credit(
         same = owner[:, None, :] == owner[None, :, :]  # [m, m, W]: do rows a and b share token t?
         count = same.sum(1)
         value = (same.double() * r[rows][None, :, None]).sum(1) / count  # V of each token's node
-        # the sharers only shrink along a path, so a node starts where their count changes
+        # the sharers only shrink along a branch, so a node starts where their count changes
         changed = torch.cat([torch.zeros(len(rows), 1, dtype=torch.bool), count[:, 1:] != count[:, :-1]], 1)
         node_start = torch.where(changed, pos, 0).cummax(1).values
         parent_value = value.gather(1, (node_start - 1).clamp(min=0))

@@ -40,18 +40,18 @@ def group_rollout(
     max_response_tokens: int,
 ) -> list[Any]:
     """`group_size` trajectories per draw, grouped by draw in order, all turns run concurrently."""
-    from algorithms.rollout.runner import run_paths, start_group
+    from algorithms.rollout.runner import run_branches, start_group
 
     async def run() -> list[Any]:
-        paths = []
+        branches = []
         for d in draws:
             first = flat_traj_id(d.group_id, 0, group_size)
             env = env_factory()
-            paths += start_group(
+            branches += start_group(
                 env, tokenizer, d.group_id, group_size, first, seed=d.seed, options={"index": d.index}
             )
-        await run_paths(engine, paths, params, max_response_tokens)
-        return [p.to_trajectory() for p in paths]
+        await run_branches(engine, branches, params, max_response_tokens)
+        return [p.to_trajectory() for p in branches]
 
     return run_coroutine(run())
 

@@ -28,7 +28,7 @@ _LAZY = {
     "read_jsonl": "algorithms.rollout.trajectory",
     "write_jsonl": "algorithms.rollout.trajectory",
     "to_jsonl": "algorithms.rollout.trajectory",
-    "Path": "algorithms.rollout.runner",
+    "EpisodeBranch": "algorithms.rollout.runner",
     "run_episodes": "algorithms.rollout.runner",
     "build_tiny_model": "algorithms.models.tiny",
 }

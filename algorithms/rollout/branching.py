@@ -1,9 +1,9 @@
-"""Branch rules of entropy-guided tree rollouts: when to fork a path, and how to split the budget.
+"""Branch rules of entropy-guided tree rollouts: when to fork a branch, and how to split the budget.
 
 ARPO (docs/algorithms.md §6.5): after a tool result, fork with probability P = clip(α + β·ΔH, 0, 1), where ΔH
-is the entropy of the model's reaction to that result minus the path's initial entropy.
+is the entropy of the model's reaction to that result minus the branch's initial entropy.
 AEPO (docs/algorithms.md §7.3) multiplies by a consecutive-branch penalty max(0, 1 − γ·l), with l counted per
-path lineage; AEPO's pre-monitoring (docs/algorithms.md §7.2) sets the number of initial (global) samples
+branch lineage; AEPO's pre-monitoring (docs/algorithms.md §7.2) sets the number of initial (global) samples
 m = clamp(⌊M·σ(β_pm·(H_root − H̄_tool))⌋ + 1, 1, M).
 
     >>> rule = TreeConfig(branch_probability=0.5, entropy_weight=0.2)
@@ -36,7 +36,7 @@ def penalty_factor(consecutive: int, gamma: float) -> float:
 def branch_probability(delta_h: float, rule: TreeConfig, consecutive: int = 0) -> float:
     """Probability that one candidate fork is created at a branch point.
 
-    `consecutive` is l: the path's consecutive branchings (`ours`) or the prompt's counter
+    `consecutive` is l: the branch's consecutive branchings (`ours`) or the prompt's counter
     (`reference`). In `threshold` mode the result is 0 or 1.
     """
     beta_dh = rule.entropy_weight * delta_h

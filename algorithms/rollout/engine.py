@@ -67,7 +67,7 @@ class SamplingParams:
         return self.temperature == 0
 
     def with_(self, **changes: Any) -> SamplingParams:
-        """A copy with some fields changed (e.g. a path's own `max_tokens`)."""
+        """A copy with some fields changed (e.g. a branch's own `max_tokens`)."""
         return replace(self, **changes)
 
 

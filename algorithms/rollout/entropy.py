@@ -9,7 +9,7 @@ Two sources of per-position entropy h_j:
   (`Segment.entropy` from the HF engine; the trainer's forward pass uses
   `algorithms.core.logprobs.token_logprobs(..., with_entropy=True)`).
 
-A segment's entropy (the quantity ARPO compares with the path's initial entropy) reduces the first
+A segment's entropy (the quantity ARPO compares with the branch's initial entropy) reduces the first
 k positions of a segment, normalised by ln|V| so it is comparable across vocabularies:
 
 * `scaled_mean` (default): k · mean_{j ≤ min(k,n)} h_j / ln|V|. Equals the reference scale on

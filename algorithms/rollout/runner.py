@@ -6,9 +6,9 @@ generate again from the stored ids, until the env ends the episode or the respon
 is spent. Generated ids are kept exactly as the engine produced them (token-in / token-out);
 decoded text is only what the env parses.
 
-Episodes do not wait for each other: a generation loop batches every path that is ready to
+Episodes do not wait for each other: a generation loop batches every branch that is ready to
 generate into one engine call (run in a worker thread), while the env steps (tool calls) of the
-other paths run as asyncio tasks; so tool latency hides behind generation.
+other branches run as asyncio tasks; so tool latency hides behind generation.
 
     >>> import asyncio, gymnasium as gym, agent_envs
     >>> from algorithms.rollout import HFEngine, SamplingParams, run_episodes
@@ -20,9 +20,9 @@ other paths run as asyncio tasks; so tool latency hides behind generation.
     >>> len(trajs), all(len(t.response_ids) <= 24 for t in trajs)
     (4, True)
 
-Building blocks for other strategies (the ARPO/AEPO tree rollout forks paths between
+Building blocks for other strategies (the ARPO/AEPO tree rollout forks branches between
 iterations): `EpisodeBranch` (one episode in flight), `start_group`, `generate_segments` (one segment for
-a batch of paths), `apply_segment` / `step_paths` (hand segments to the envs and append results).
+a batch of branches), `apply_segment` / `step_branches` (hand segments to the envs and append results).
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def start_group(
     seed: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> list[EpisodeBranch]:
-    """Reset `env` once and return `group_size` paths on the same prompt (the others are forks)."""
-    # The runner holds each path to the budget in the ids the engine produced. The env's own count
+    """Reset `env` once and return `group_size` branches on the same prompt (the others are forks)."""
+    # The runner holds each branch to the budget in the ids the engine produced. The env's own count
     # re-encodes the text, which can differ, and would end answered episodes as over budget.
     env.unwrapped.max_response_tokens = None
     prompt, info = env.reset(seed=seed, options=options)
@@ -208,53 +208,53 @@ def start_group(
     ]
 
 
-def segment_params(path: EpisodeBranch, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
-    """This path's request: its remaining budget as max_tokens, the env's stop strings added."""
-    stops = list(dict.fromkeys([*params.stop, *path.env.stop_sequences]))
-    seed = request_seed(params.seed, path.traj_id, path.turns)
+def segment_params(branch: EpisodeBranch, params: SamplingParams, max_response_tokens: int) -> SamplingParams:
+    """This branch's request: its remaining budget as max_tokens, the env's stop strings added."""
+    stops = list(dict.fromkeys([*params.stop, *branch.env.stop_sequences]))
+    seed = request_seed(params.seed, branch.traj_id, branch.turns)
     return params.with_(
-        max_tokens=min(params.max_tokens, path.remaining(max_response_tokens)), stop=stops, n=1, seed=seed
+        max_tokens=min(params.max_tokens, branch.remaining(max_response_tokens)), stop=stops, n=1, seed=seed
     )
 
 
 async def generate_segments(
-    engine: RolloutEngine, paths: Sequence[EpisodeBranch], params: SamplingParams, max_response_tokens: int
+    engine: RolloutEngine, branches: Sequence[EpisodeBranch], params: SamplingParams, max_response_tokens: int
 ) -> list[Segment]:
-    """Generate one segment for every path in one batched engine call and append it (mask 1)."""
-    if not paths:
+    """Generate one segment for every branch in one batched engine call and append it (mask 1)."""
+    if not branches:
         return []
-    reqs = [segment_params(p, params, max_response_tokens) for p in paths]
-    segs = await engine.agenerate([p.prompt_ids + p.response_ids for p in paths], reqs)
-    for path, seg in zip(paths, segs, strict=True):
-        path.append_generated(seg)
-        path.turns += 1
+    reqs = [segment_params(p, params, max_response_tokens) for p in branches]
+    segs = await engine.agenerate([p.prompt_ids + p.response_ids for p in branches], reqs)
+    for branch, seg in zip(branches, segs, strict=True):
+        branch.append_generated(seg)
+        branch.turns += 1
     return segs
 
 
-async def apply_segment(path: EpisodeBranch, seg: Segment, tokenizer: Any, max_response_tokens: int) -> EpisodeBranch:
-    """Hand the path's newest segment to its env; append the observation or end the path."""
-    obs, reward, terminated, truncated, info = await path.env.astep(seg.text)
-    budget_spent = path.remaining(max_response_tokens) <= 0
+async def apply_segment(branch: EpisodeBranch, seg: Segment, tokenizer: Any, max_response_tokens: int) -> EpisodeBranch:
+    """Hand the branch's newest segment to its env; append the observation or end the branch."""
+    obs, reward, terminated, truncated, info = await branch.env.astep(seg.text)
+    budget_spent = branch.remaining(max_response_tokens) <= 0
     if terminated or truncated:
         why = info.get("end_reason", "")
         if seg.finish_reason == "length" and budget_spent and info.get("stop_reason") != "answer":
             # cut off by the token budget, not a chosen end: report it as truncation (DAPO's
             # overlong filter and shaping read this)
             terminated, truncated, why = False, True, "length"
-        path.end(reward, info, terminated, truncated, why)
-        return path
+        branch.end(reward, info, terminated, truncated, why)
+        return branch
     obs_ids = encode(tokenizer, obs)
-    if budget_spent or len(obs_ids) >= path.remaining(max_response_tokens):
+    if budget_spent or len(obs_ids) >= branch.remaining(max_response_tokens):
         # the result would not fit with room left to react to it: the runner never exceeds its
         # budget, so the episode ends here and the env scores the partial response
-        reward, end_info = await truncate_env(path.env, "response_budget")
-        path.end(reward, {**info, **end_info}, terminated=False, truncated=True, why="response_budget")
-        return path
-    path.append_observation(obs_ids, obs)
-    path.boundary_state = path.env.get_state()
-    path.boundary_offset = len(path.response_ids)
-    path.info = info
-    return path
+        reward, end_info = await truncate_env(branch.env, "response_budget")
+        branch.end(reward, {**info, **end_info}, terminated=False, truncated=True, why="response_budget")
+        return branch
+    branch.append_observation(obs_ids, obs)
+    branch.boundary_state = branch.env.get_state()
+    branch.boundary_offset = len(branch.response_ids)
+    branch.info = info
+    return branch
 
 
 async def truncate_env(env: Any, why: str) -> tuple[float, dict[str, Any]]:
@@ -265,20 +265,20 @@ async def truncate_env(env: Any, why: str) -> tuple[float, dict[str, Any]]:
     return 0.0, {"end_reason": why, "truncated": True}
 
 
-async def step_paths(
-    paths: Sequence[EpisodeBranch], segs: Sequence[Segment], tokenizer: Any, max_response_tokens: int
+async def step_branches(
+    branches: Sequence[EpisodeBranch], segs: Sequence[Segment], tokenizer: Any, max_response_tokens: int
 ) -> list[EpisodeBranch]:
-    """`apply_segment` for many paths at once (their tool calls run concurrently)."""
+    """`apply_segment` for many branches at once (their tool calls run concurrently)."""
     return list(
         await asyncio.gather(
-            *(apply_segment(p, s, tokenizer, max_response_tokens) for p, s in zip(paths, segs, strict=True))
+            *(apply_segment(p, s, tokenizer, max_response_tokens) for p, s in zip(branches, segs, strict=True))
         )
     )
 
 
-async def run_paths(
+async def run_branches(
     engine: RolloutEngine,
-    paths: Sequence[EpisodeBranch],
+    branches: Sequence[EpisodeBranch],
     params: SamplingParams,
     max_response_tokens: int,
     *,
@@ -286,7 +286,7 @@ async def run_paths(
     batch_max_wait_s: float = 0.25,
     on_finish: Callable[[EpisodeBranch], None] | None = None,
 ) -> list[EpisodeBranch]:
-    """Drive paths to their end, overlapping generation of some with env steps of others.
+    """Drive branches to their end, overlapping generation of some with env steps of others.
 
     Env steps that finish in a stream (tool calls queued on a few sandbox workers land a few
     milliseconds apart) are gathered into one engine call: after the first lands, the runner
@@ -296,15 +296,15 @@ async def run_paths(
     """
     tokenizer = engine.tokenizer
     loop = asyncio.get_running_loop()
-    ready = [p for p in paths if p.active]
+    ready = [p for p in branches if p.active]
     pending: set[asyncio.Task] = set()
     try:
         while ready or pending:
             if ready:
                 batch, ready = ready, []
                 segs = await generate_segments(engine, batch, params, max_response_tokens)
-                for path, seg in zip(batch, segs, strict=True):
-                    pending.add(asyncio.create_task(apply_segment(path, seg, tokenizer, max_response_tokens)))
+                for branch, seg in zip(batch, segs, strict=True):
+                    pending.add(asyncio.create_task(apply_segment(branch, seg, tokenizer, max_response_tokens)))
             if not pending:
                 continue
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -320,17 +320,17 @@ async def run_paths(
                     break
                 done |= more
             for task in done:
-                path = task.result()
-                if path.active:
-                    ready.append(path)
+                branch = task.result()
+                if branch.active:
+                    ready.append(branch)
                 elif on_finish is not None:
-                    on_finish(path)
+                    on_finish(branch)
             ready.sort(key=lambda p: p.traj_id)
     finally:
         # an engine or env error must not leave env steps running behind the caller's back
         for task in pending:
             task.cancel()
-    return list(paths)
+    return list(branches)
 
 
 async def run_episodes(
@@ -359,7 +359,7 @@ async def run_episodes(
             results); defaults to `params.max_tokens`.
         seed: prompt i resets with `seed + i` (None: unseeded).
         batch_wait_s, batch_max_wait_s: how env steps landing in a stream are gathered into one
-            engine call (see `run_paths`).
+            engine call (see `run_branches`).
     """
     if group_size < 1:
         raise ValueError(f"run_episodes: group_size={group_size} must be >= 1")
@@ -377,18 +377,18 @@ async def run_episodes(
             raise ValueError(
                 f"run_episodes: {len(tasks)} tasks for {len(env_list)} envs; give one task per env"
             )
-    paths: list[EpisodeBranch] = []
+    branches: list[EpisodeBranch] = []
     for i, env in enumerate(env_list):
         options = None
         if tasks is not None:
             t = tasks[i]
             options = {"index": t} if isinstance(t, int) else {"task": t}
-        paths += start_group(
+        branches += start_group(
             env,
             engine.tokenizer,
             i,
             group_size,
-            len(paths),
+            len(branches),
             seed=None if seed is None else seed + i,
             options=options,
         )
@@ -396,18 +396,18 @@ async def run_episodes(
     finish = None
     bar = None
     if progress:
-        bar = Progress("episodes", total=len(paths), transient=True)
+        bar = Progress("episodes", total=len(branches), transient=True)
 
         def finish(_: EpisodeBranch) -> None:
             bar.advance()
 
     try:
-        await run_paths(engine, paths, params, budget, batch_wait_s=batch_wait_s,
+        await run_branches(engine, branches, params, budget, batch_wait_s=batch_wait_s,
                         batch_max_wait_s=batch_max_wait_s, on_finish=finish)
     finally:
         if bar is not None:
             bar.close()
-    return [p.to_trajectory() for p in paths]
+    return [p.to_trajectory() for p in branches]
 
 
 __all__ = [
@@ -416,9 +416,9 @@ __all__ = [
     "encode",
     "generate_segments",
     "run_episodes",
-    "run_paths",
+    "run_branches",
     "segment_params",
     "start_group",
-    "step_paths",
+    "step_branches",
     "truncate_env",
 ]

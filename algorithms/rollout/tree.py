@@ -3,24 +3,24 @@
 Per prompt, with a global budget of M trajectories (docs/algorithms.md §6.4), under the default
 branch rule `entropy` (ARPO's; `tree.branch_rule`, `branch_rules/`, docs/algorithms.md §6.10):
 
-1. start N paths from the prompt (AEPO pre-monitoring may choose N per prompt, §7.2);
-2. generate one segment for every active path in one batched engine call, each with its own
+1. start N branches from the prompt (AEPO pre-monitoring may choose N per prompt, §7.2);
+2. generate one segment for every active branch in one batched engine call, each with its own
    remaining token budget and `logprobs=K`;
-3. a path's first segment sets its initial entropy H_init; a later segment starts right after a
+3. a branch's first segment sets its initial entropy H_init; a later segment starts right after a
    tool result, and its entropy decides, retroactively, whether to branch *at that result*:
    each eligible source draws up to Z − 1 forks with P = clip((α + β·ΔH)·penalty, 0, 1), while
-   the prompt has fewer than M paths. A fork copies the prefix up to and including the result
+   the prompt has fewer than M branches. A fork copies the prefix up to and including the result
    (ids, mask, log-probs) and the env state saved there, inherits the root's H_init, and samples
    its own continuation in the next iteration;
 4. the other segments go to their envs (tool calls run concurrently; results appended, mask 0);
-5. a prompt whose paths have all ended with fewer than M gets the missing ones from the prompt.
+5. a prompt whose branches have all ended with fewer than M gets the missing ones from the prompt.
 
 A wave rule (`turn`, `entropy_value`, `mixed_outcome`) skips step 3; at step 5 it first names
-anchors among the ended paths (a path and a response offset), and each anchor becomes a fork
+anchors among the ended branches (a branch and a response offset), and each anchor becomes a fork
 from the env saved at the tool result at or before it (`_fork_at`), which joins the loop at
 step 2; top-ups take what is left. The loop is the same for every rule.
 
-Exactly M trajectories per prompt come back (initial paths, then forks and top-ups in creation
+Exactly M trajectories per prompt come back (initial branches, then forks and top-ups in creation
 order), each with its lineage: `traj_id`, `parent_id`, `branch_offset`, and `lineage` (root id,
 depth, kind, H_init, and `segment_entropy`: H_seg of every generated segment, aligned with
 `segment_starts`, so the entropy of the first k tokens after each tool result). Everything a call needs is
@@ -49,27 +49,33 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from algorithms.base.seeds import TREE_ID_STRIDE, tree_traj_id
-from algorithms.rollout.branch_rules import Anchor, BranchRule, PathView, get_rule
+from algorithms.rollout.branch_rules import Anchor, BranchRule, BranchView, get_rule
 from algorithms.rollout.branching import premonitor_global_samples
 from algorithms.rollout.engine import RolloutEngine, SamplingParams, Segment
 from algorithms.rollout.entropy import measure_segment, position_entropies
-from algorithms.rollout.runner import EpisodeBranch, generate_segments, run_paths, start_group, step_paths
+from algorithms.rollout.runner import (
+    EpisodeBranch,
+    generate_segments,
+    run_branches,
+    start_group,
+    step_branches,
+)
 from algorithms.rollout.trajectory import Trajectory
 from algorithms.rollout.tree_config import TreeConfig
 
 
 @dataclass
 class _Node:
-    """Tree bookkeeping of one path, beside the runner's `EpisodeBranch`."""
+    """Tree bookkeeping of one branch, beside the runner's `EpisodeBranch`."""
 
-    path: EpisodeBranch
+    branch: EpisodeBranch
     prompt: int
     kind: str  # initial | fork | topup | probe
     h_init: float | None = None
     consecutive: int = 0
     born_at: int | None = None  # response offset where this fork was created (not eligible there)
     seg_h: list[float | None] = field(default_factory=list)  # H_seg of each segment, by segment_starts
-    # wave rules only: the env saved at each boundary the path passed ({offset: (env, state)}),
+    # wave rules only: the env saved at each boundary the branch passed ({offset: (env, state)}),
     # per-position entropies of each segment, and a partial turn to resume (a fork inside a turn)
     snaps: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     pos_h: list[list[float]] = field(default_factory=list)
@@ -110,11 +116,11 @@ class PromptStats:
 @dataclass
 class TreeRolloutResult:
     """The trajectories (prompt-major, M per prompt), per-prompt accounting, and the finished
-    runner paths in the same order (their envs hold the final episode states)."""
+    runner branches in the same order (their envs hold the final episode states)."""
 
     trajectories: list[Trajectory]
     prompts: list[PromptStats]
-    paths: list[EpisodeBranch] = field(default_factory=list)
+    branches: list[EpisodeBranch] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
         """Per-step rollout metrics (docs/algorithms.md §2.11): forks, top-ups, branch rate, ΔH, depth."""
@@ -147,13 +153,13 @@ def tree_metrics(prompts: Sequence[PromptStats], depths: Sequence[int]) -> dict[
     return out
 
 
-def _executed_calls(path: EpisodeBranch) -> int:
-    metrics = getattr(path.env, "metrics", None)
+def _executed_calls(branch: EpisodeBranch) -> int:
+    metrics = getattr(branch.env, "metrics", None)
     return sum(metrics.calls.values()) if metrics is not None else 0
 
 
 class TreeRollout:
-    """ARPO/AEPO tree rollouts over the runner's `EpisodeBranch` / `generate_segments` / `step_paths`.
+    """ARPO/AEPO tree rollouts over the runner's `EpisodeBranch` / `generate_segments` / `step_branches`.
 
     Args:
         engine: any `RolloutEngine`; it must return top-K log-probs (`logprobs=K`) or exact
@@ -217,7 +223,7 @@ class TreeRollout:
             logprobs=max(params.logprobs, cfg.entropy_topk if cfg.entropy_source != "exact" else 0)
         )
         if req.seed is None and seed is not None:
-            req = req.with_(seed=seed)  # per-path request seeds derive from it (runner.segment_params)
+            req = req.with_(seed=seed)  # per-branch request seeds derive from it (runner.segment_params)
         if seeds is None:
             seeds = [None if seed is None else seed + i for i in range(len(env_list))]
         if len(seeds) != len(env_list):
@@ -231,7 +237,7 @@ class TreeRollout:
             if tasks is not None:
                 t = tasks[i]
                 options = {"index": t} if isinstance(t, int) else {"task": t}
-            [seed_path] = start_group(
+            [seed_branch] = start_group(
                 env,
                 self.engine.tokenizer,
                 gids[i],
@@ -240,7 +246,7 @@ class TreeRollout:
                 seed=seeds[i],
                 options=options,
             )
-            roots.append((env.fork(), seed_path.prompt_ids, seed_path.task_id))
+            roots.append((env.fork(), seed_branch.prompt_ids, seed_branch.task_id))
 
         if evaluate or params.greedy:
             return await self._flat(roots, gids, req, max_response_tokens, eval_group_size, stats)
@@ -257,22 +263,22 @@ class TreeRollout:
         used = [len(ns) for ns in nodes]
         prompt_streak = [0] * len(roots)  # the reference's per-prompt consecutive counter
         while True:
-            active = [nd for ns in nodes for nd in ns if nd.path.active]
+            active = [nd for ns in nodes for nd in ns if nd.branch.active]
             if not active:
                 break
             resumed = [_resume(nd) for nd in active]
-            segs = await generate_segments(self.engine, [nd.path for nd in active], req, max_response_tokens)
+            segs = await generate_segments(self.engine, [nd.branch for nd in active], req, max_response_tokens)
             for nd, seg in zip(active, segs, strict=True):
                 stats[nd.prompt].generated_tokens += len(seg.token_ids)
                 stats[nd.prompt].engine_calls += 1
             grew = [False] * len(roots)
-            # branch decisions, per prompt in ascending path id (they are created in that order)
+            # branch decisions, per prompt in ascending branch id (they are created in that order)
             for nd, seg in zip(active, segs, strict=True):
                 h = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
                 nd.seg_h.append(h)
                 if rule.needs_token_entropy:
                     nd.pos_h.append(self._position_entropies(seg))
-                start = nd.path.segment_starts[-1]
+                start = nd.branch.segment_starts[-1]
                 if start == 0:
                     if nd.h_init is None:  # a fork inside the first turn keeps its root's
                         nd.h_init = h
@@ -286,10 +292,10 @@ class TreeRollout:
             segs = [
                 _merge(nd, seg, part) if part else seg for nd, seg, part in zip(active, segs, resumed, strict=True)
             ]
-            await step_paths([nd.path for nd in active], segs, self.engine.tokenizer, max_response_tokens)
+            await step_branches([nd.branch for nd in active], segs, self.engine.tokenizer, max_response_tokens)
             self._save_boundaries(active)
             for i, ns in enumerate(nodes):
-                if used[i] < self.budget and not any(nd.path.active for nd in ns):
+                if used[i] < self.budget and not any(nd.branch.active for nd in ns):
                     k = self.budget - used[i] if cfg.topup_mode == "all" else 1
                     if not rule.online:  # the next wave: the rule's anchors, then top-ups
                         k = rule.wave_size(stats[i].initial, self.budget - used[i])
@@ -307,7 +313,7 @@ class TreeRollout:
                 prompt_streak[i] = prompt_streak[i] + 1 if grew[i] else 0
 
         out: list[Trajectory] = []
-        kept_paths: list[EpisodeBranch] = []
+        kept_branches: list[EpisodeBranch] = []
         for i, ns in enumerate(nodes):
             kept = [nd for nd in ns if nd.kind != "probe"]
             if len(kept) != self.budget:  # never duplicate to fill a group (docs/algorithms.md D20)
@@ -315,15 +321,15 @@ class TreeRollout:
                     f"tree rollout: prompt {i} ended with {len(kept)} trajectories, expected {self.budget}"
                 )
             for nd in kept:
-                stats[i].tool_calls += _executed_calls(nd.path)
-                nd.path.lineage.update(kind=nd.kind, h_init=nd.h_init, segment_entropy=list(nd.seg_h))
+                stats[i].tool_calls += _executed_calls(nd.branch)
+                nd.branch.lineage.update(kind=nd.kind, h_init=nd.h_init, segment_entropy=list(nd.seg_h))
                 if nd.score is not None:
-                    nd.path.lineage["branch_score"] = nd.score
-                out.append(nd.path.to_trajectory())
-                kept_paths.append(nd.path)
+                    nd.branch.lineage["branch_score"] = nd.score
+                out.append(nd.branch.to_trajectory())
+                kept_branches.append(nd.branch)
             for nd in ns:
                 nd.snaps.clear()  # release the saved envs (and their sandbox sessions) now
-        return TreeRolloutResult(out, stats, kept_paths)
+        return TreeRolloutResult(out, stats, kept_branches)
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -343,13 +349,13 @@ class TreeRollout:
         return env_list
 
     def _save_boundaries(self, stepped: list[_Node]) -> None:
-        """A wave rule forks at tool results passed long ago: save the env at each, as the path
+        """A wave rule forks at tool results passed long ago: save the env at each, as the branch
         passes it (a fork of the env then, so a python session is kept as it was there)."""
         if self.rule.online:
             return
         for nd in stepped:
-            if nd.path.active and nd.path.boundary_offset not in nd.snaps:
-                nd.snaps[nd.path.boundary_offset] = (nd.path.env.fork(), nd.path.boundary_state)
+            if nd.branch.active and nd.branch.boundary_offset not in nd.snaps:
+                nd.snaps[nd.branch.boundary_offset] = (nd.branch.env.fork(), nd.branch.boundary_state)
 
     def _position_entropies(self, seg: Segment) -> list[float]:
         """h_t of every position of a segment (exact where the engine gives it and the config asks)."""
@@ -359,15 +365,15 @@ class TreeRollout:
         return position_entropies(seg.top_logprobs or [], cfg.entropy_topk)
 
     def _anchors(self, rule: BranchRule, ns: list[_Node], k: int, rng: random.Random) -> list[Anchor]:
-        """The wave rule's anchors among the prompt's ended paths (indices into `ns`)."""
+        """The wave rule's anchors among the prompt's ended branches (indices into `ns`)."""
         kept = [j for j, nd in enumerate(ns) if nd.kind != "probe"]
-        index = {ns[j].path.traj_id: v for v, j in enumerate(kept)}
+        index = {ns[j].branch.traj_id: v for v, j in enumerate(kept)}
         views = [self._view(ns[j], index, rule.needs_token_entropy) for j in kept]
-        return [replace(a, path=kept[a.path]) for a in rule.anchors(views, k, rng, self.config)[:k]]
+        return [replace(a, branch=kept[a.branch]) for a in rule.anchors(views, k, rng, self.config)[:k]]
 
-    def _view(self, nd: _Node, index: dict[int, int], per_token: bool) -> PathView:
-        p = nd.path
-        view = PathView(
+    def _view(self, nd: _Node, index: dict[int, int], per_token: bool) -> BranchView:
+        p = nd.branch
+        view = BranchView(
             traj_id=p.traj_id,
             parent=None if p.parent_id is None else index.get(p.parent_id),
             branch_offset=p.branch_offset,
@@ -390,10 +396,10 @@ class TreeRollout:
         return view
 
     def _fork_at(self, ns: list[_Node], a: Anchor, tid: int) -> _Node:
-        """A fork of `ns[a.path]` keeping response[:a.offset]: from the env saved at the boundary at
+        """A fork of `ns[a.branch]` keeping response[:a.offset]: from the env saved at the boundary at
         or before the offset, and the rest of the turn up to the offset as a partial turn."""
-        src = ns[a.path]
-        p = src.path
+        src = ns[a.branch]
+        p = src.branch
         start = max(o for o in src.snaps if o <= a.offset)
         env, state = src.snaps[start]
         child = replace(p, env=env, boundary_offset=start, boundary_state=state).fork(tid, at_boundary=True)
@@ -426,7 +432,7 @@ class TreeRollout:
         env, prompt_ids, task_id = root
         twin = env.fork()
         tid = tree_traj_id(gid, k)
-        path = EpisodeBranch(
+        branch = EpisodeBranch(
             env=twin,
             prompt_ids=list(prompt_ids),
             group_id=gid,
@@ -435,7 +441,7 @@ class TreeRollout:
             boundary_state=twin.get_state(),
             lineage={"root_id": tid, "depth": 0},
         )
-        return _Node(path=path, prompt=i, kind=kind, snaps={0: (env, path.boundary_state)})
+        return _Node(branch=branch, prompt=i, kind=kind, snaps={0: (env, branch.boundary_state)})
 
     def _branch(
         self,
@@ -450,10 +456,10 @@ class TreeRollout:
         """Up to Z − 1 candidate forks of `nd` at the start of its newest segment."""
         cfg = self.config
         i = nd.prompt
-        path = nd.path
-        if path.boundary_offset != path.segment_starts[-1]:
+        branch = nd.branch
+        if branch.boundary_offset != branch.segment_starts[-1]:
             raise RuntimeError(
-                f"tree rollout: path {path.traj_id} has no env state saved at offset {path.segment_starts[-1]}"
+                f"tree rollout: branch {branch.traj_id} has no env state saved at offset {branch.segment_starts[-1]}"
             )
         streak = prompt_streak[i] if cfg.entropy_formula == "reference" else nd.consecutive
         st = stats[i]
@@ -466,10 +472,10 @@ class TreeRollout:
             st.decisions += 1
             if not self.rule.decide(rng, delta_h, cfg, streak):
                 continue
-            child = path.fork(tree_traj_id(path.group_id, len(nodes[i])), at_boundary=True)
+            child = branch.fork(tree_traj_id(branch.group_id, len(nodes[i])), at_boundary=True)
             seg_h = nd.seg_h[: len(child.segment_starts)]  # the entropies of the shared segments
             nodes[i].append(
-                _Node(child, i, "fork", h_init=nd.h_init, born_at=path.boundary_offset, seg_h=seg_h)
+                _Node(child, i, "fork", h_init=nd.h_init, born_at=branch.boundary_offset, seg_h=seg_h)
             )
             used[i] += 1
             st.forks += 1
@@ -488,18 +494,18 @@ class TreeRollout:
         group_size: int,
         stats: list[PromptStats],
     ) -> TreeRolloutResult:
-        """Evaluation: `group_size` independent paths per prompt, never branched."""
+        """Evaluation: `group_size` independent branches per prompt, never forked."""
         nodes = [
             self._fresh(i, r, gids[i], k, "initial") for i, r in enumerate(roots) for k in range(group_size)
         ]
-        await run_paths(self.engine, [nd.path for nd in nodes], params, budget)
+        await run_branches(self.engine, [nd.branch for nd in nodes], params, budget)
         for nd in nodes:
             st = stats[nd.prompt]
             st.initial += 1
-            st.generated_tokens += sum(nd.path.loss_mask)
-            st.tool_calls += _executed_calls(nd.path)
-            nd.path.lineage.update(kind="initial")
-        return TreeRolloutResult([nd.path.to_trajectory() for nd in nodes], stats, [nd.path for nd in nodes])
+            st.generated_tokens += sum(nd.branch.loss_mask)
+            st.tool_calls += _executed_calls(nd.branch)
+            nd.branch.lineage.update(kind="initial")
+        return TreeRolloutResult([nd.branch.to_trajectory() for nd in nodes], stats, [nd.branch for nd in nodes])
 
     async def _premonitor(
         self,
@@ -523,22 +529,22 @@ class TreeRollout:
             for i in range(len(roots))
         ]
         root_segs = await self.engine.agenerate([ids for _, ids, _ in roots], reqs)
-        # a discarded probe gets the reserved last id, so its samples are not path 0's
+        # a discarded probe gets the reserved last id, so its samples are not branch 0's
         k = 0 if cfg.reuse_probe else TREE_ID_STRIDE - 1
         probes = [self._fresh(i, r, gids[i], k, "probe") for i, r in enumerate(roots)]
         seg_h: list[list[float]] = [[] for _ in roots]
         live = list(probes)
         while live:
-            segs = await generate_segments(self.engine, [nd.path for nd in live], params, budget)
+            segs = await generate_segments(self.engine, [nd.branch for nd in live], params, budget)
             for nd, seg in zip(live, segs, strict=True):
                 h = measure_segment(seg.top_logprobs, seg.entropy, cfg, self.vocab_size)
                 if h is not None:
                     seg_h[nd.prompt].append(h)
-                if self.rule.needs_token_entropy:  # a reused probe is a wave rule's initial path
+                if self.rule.needs_token_entropy:  # a reused probe is a wave rule's initial branch
                     nd.pos_h.append(self._position_entropies(seg))
-            await step_paths([nd.path for nd in live], segs, self.engine.tokenizer, budget)
+            await step_branches([nd.branch for nd in live], segs, self.engine.tokenizer, budget)
             self._save_boundaries(live)
-            live = [nd for nd in live if nd.path.active]
+            live = [nd for nd in live if nd.branch.active]
         out = []
         for i, seg in enumerate(root_segs):
             st = stats[i]
@@ -554,19 +560,19 @@ class TreeRollout:
                 probe.kind = "initial"
                 probe.h_init = seg_h[i][0] if seg_h[i] else None
                 nodes[i].append(probe)
-                st.generated_tokens += sum(probe.path.loss_mask)
+                st.generated_tokens += sum(probe.branch.loss_mask)
             else:
-                st.overhead_tokens += sum(probe.path.loss_mask)
-                st.tool_calls += _executed_calls(probe.path)
+                st.overhead_tokens += sum(probe.branch.loss_mask)
+                st.tool_calls += _executed_calls(probe.branch)
             out.append(m)
         return out
 
 
 def _resume(nd: _Node) -> _Partial | None:
-    """Put a fork's partial turn back into its path, so the engine continues the turn."""
+    """Put a fork's partial turn back into its branch, so the engine continues the turn."""
     part, nd.pending = nd.pending, None
     if part is not None:
-        p = nd.path
+        p = nd.branch
         p.response_ids += part.ids
         p.loss_mask += [1] * len(part.ids)
         p.logprobs += part.logprobs
@@ -578,7 +584,7 @@ def _resume(nd: _Node) -> _Partial | None:
 def _merge(nd: _Node, seg: Segment, part: _Partial) -> Segment:
     """The resumed turn as one segment: it starts where the turn started, and the env reads the
     whole turn's text."""
-    p = nd.path
+    p = nd.branch
     p.segment_starts[-1] = part.start
     p.texts[-1] = part.text + seg.text
     if nd.pos_h:

@@ -46,7 +46,7 @@ class TreeConfig:
         "mixed_outcome (TRACE); docs/algorithms.md §6.10",
     )
     entropy_formula: Literal["ours", "reference"] = option(
-        "ours", "entropy rule: ours (one formula, penalty per path) or reference (the public code's)"
+        "ours", "entropy rule: ours (one formula, penalty per branch) or reference (the public code's)"
     )
     future_discount: float = option(0.9, "entropy_value: γ of the future value Σ γ^(k-t)·log π(a_k)")
     entropy_tokens: int = option(20, "k: leading tokens of a segment whose entropy counts")
@@ -59,10 +59,10 @@ class TreeConfig:
         "topk", "topk estimate, exact (engine's full-logit entropy, HF), or auto (exact when given)"
     )
     topup_mode: Literal["all", "one"] = option(
-        "all", "all: start every missing path at once; one: one per iteration (reference)"
+        "all", "all: start every missing branch at once; one: one per iteration (reference)"
     )
     enable_consecutive_penalty: bool = option(False, "AEPO: damp branching by max(0, 1 - γ·l) (§7.3)")
-    consecutive_penalty: float = option(0.05, "γ per consecutive branching of a path lineage")
+    consecutive_penalty: float = option(0.05, "γ per consecutive branching of a branch lineage")
     enable_dynamic_rollouts: bool = option(False, "AEPO entropy pre-monitoring sets N per prompt (§7.2)")
     premonitor_beta: float = option(0.5, "β_pm of pre-monitoring")
     initial_entropy_tokens: int = option(50, "tokens generated from the prompt for H_root")

@@ -80,10 +80,10 @@ def top_probability(h: float, k: int = TOP_K) -> float:
 class ScriptedEngine:
     """A `RolloutEngine` whose per-position entropies are chosen by the test.
 
-    Each path first calls the tool once (`<python> print(1 + 1) </python>`, stop), then answers
+    Each branch first calls the tool once (`<python> print(1 + 1) </python>`, stop), then answers
     (`<answer> \\boxed{2} </answer>` + EOS). Every position of a first segment has entropy
     `h_first`; every position after a tool result has entropy `h_react(n_results)`, where
-    n_results is how many results the path has seen. `calls_before_answer` tool calls are made
+    n_results is how many results the branch has seen. `calls_before_answer` tool calls are made
     before the answer.
     """
 

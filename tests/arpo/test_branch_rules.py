@@ -16,7 +16,7 @@ import pytest
 import torch
 from arpo_helpers import ScriptedEngine, make_env_factory, math_tasks, run
 
-from algorithms.rollout.branch_rules import Anchor, PathView, get_rule, prefix_nodes
+from algorithms.rollout.branch_rules import Anchor, BranchView, get_rule, prefix_nodes
 from algorithms.rollout.branch_rules.entropy_value import branch_scores, future_values
 from algorithms.rollout.branch_rules.mixed_outcome import outcome_variance
 from algorithms.rollout.branching import decide_branch
@@ -43,74 +43,74 @@ def test_entropy_rule_is_arpos_draw():
     assert rule.online and rule.anchors([], 3, a, cfg) == []
 
 
-def _tree_paths() -> list[PathView]:
-    # tree 0: path 0 (results end at 4 and 9), its fork 2 at 9 (one more result, ending at 15);
-    # tree 1: path 1, no tool call
+def _tree_branches() -> list[BranchView]:
+    # tree 0: branch 0 (results end at 4 and 9), its fork 2 at 9 (one more result, ending at 15);
+    # tree 1: branch 1, no tool call
     return [
-        PathView(0, None, None, 1.0, [0, 4, 9]),
-        PathView(1, None, None, 0.0, [0]),
-        PathView(2, 0, 9, 0.0, [0, 4, 9, 15]),
+        BranchView(0, None, None, 1.0, [0, 4, 9]),
+        BranchView(1, None, None, 0.0, [0]),
+        BranchView(2, 0, 9, 0.0, [0, 4, 9, 15]),
     ]
 
 
 def test_prefix_nodes_come_from_lineage():
-    assert prefix_nodes(_tree_paths()) == {(0, 0): [0, 1, 2], (0, 4): [0, 2], (0, 9): [0, 2], (2, 15): [2]}
+    assert prefix_nodes(_tree_branches()) == {(0, 0): [0, 1, 2], (0, 4): [0, 2], (0, 9): [0, 2], (2, 15): [2]}
 
 
 def test_turn_rule_draws_an_agent_step_uniformly_per_tree():
-    rule, paths = get_rule("turn"), _tree_paths()
+    rule, branches = get_rule("turn"), _tree_branches()
     steps = [(0, 4), (0, 9), (2, 15)]  # tree 0's nodes after a tool result; tree 1 has none
-    assert rule.anchors(paths, 2, random.Random(3), TreeConfig()) == [Anchor(*random.Random(3).choice(steps))]
+    assert rule.anchors(branches, 2, random.Random(3), TreeConfig()) == [Anchor(*random.Random(3).choice(steps))]
     n, rng = 6000, random.Random(11)
     counts = {s: 0 for s in steps}
     for _ in range(n):
-        [a] = rule.anchors(paths, 1, rng, TreeConfig())
-        counts[(a.path, a.offset)] += 1
+        [a] = rule.anchors(branches, 1, rng, TreeConfig())
+        counts[(a.branch, a.offset)] += 1
     sigma = math.sqrt(n * (1 / 3) * (2 / 3))
     assert all(abs(c - n / 3) <= 4 * sigma for c in counts.values()), counts
     assert rule.wave_size(initial=2, left=5) == 2 and rule.wave_size(initial=4, left=1) == 1
 
 
-def _appo_path() -> PathView:
+def _appo_branch() -> BranchView:
     # five generated tokens; the last ends the turn, so t = 0..3 are the candidates
     # H = [1, 3, 1, 3] -> z(H) = [-1, 1, -1, 1]
     # γ = 1, log π = [0, -2, 0, 0, -1] -> Ω = [-3, -3, -1, -1] -> z(Ω) = [-1, -1, 1, 1]
     # BS = z(H)·z(Ω) = [1, -1, -1, 1]; only t = 3 has both z > 0
-    return PathView(0, None, None, 0.0, [0], logprobs=[0.0, -2.0, 0.0, 0.0, -1.0],
+    return BranchView(0, None, None, 0.0, [0], logprobs=[0.0, -2.0, 0.0, 0.0, -1.0],
                     entropy=[1.0, 3.0, 1.0, 3.0, 2.0], generated=[True] * 5, forkable=[True] * 4 + [False])  # fmt: skip
 
 
 def test_entropy_value_score_golden():
     assert future_values([0.0, -2.0, 0.0, 0.0, -1.0], [True] * 5, gamma=1.0) == [-3.0, -3.0, -1.0, -1.0, -1.0]
     assert future_values([-1.0, -4.0, -2.0], [True, False, True], gamma=0.5) == [-1.5, -1.0, -2.0]
-    scores = branch_scores(_appo_path(), gamma=1.0)
+    scores = branch_scores(_appo_branch(), gamma=1.0)
     assert [(t, round(s, 9), strict) for t, s, strict in scores] == [
         (0, 1.0, False), (1, -1.0, False), (2, -1.0, False), (3, 1.0, True)
     ]  # fmt: skip
     rule, cfg = get_rule("entropy_value"), TreeConfig(future_discount=1.0)
     # strict candidates first, then the best of the rest; a fork keeps response[:t + 1]
-    got = rule.anchors([_appo_path()], 3, random.Random(0), cfg)
-    assert [(a.path, a.offset, round(a.score, 9)) for a in got] == [(0, 4, 1.0), (0, 1, 1.0), (0, 2, -1.0)]
+    got = rule.anchors([_appo_branch()], 3, random.Random(0), cfg)
+    assert [(a.branch, a.offset, round(a.score, 9)) for a in got] == [(0, 4, 1.0), (0, 1, 1.0), (0, 2, -1.0)]
     assert rule.wave_size(initial=2, left=6) == 6  # one wave of M − N branches
 
 
 def test_mixed_outcome_score_golden():
     assert outcome_variance([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.1875)  # p(1 − p), p = 1/4
-    paths = [
-        PathView(0, None, None, 1.0, [0, 5, 9]),
-        PathView(1, 0, 9, 0.0, [0, 5, 9, 14]),
-        PathView(2, None, None, 0.0, [0, 6]),
-        PathView(3, 2, 6, 0.0, [0, 6]),
+    branches = [
+        BranchView(0, None, None, 1.0, [0, 5, 9]),
+        BranchView(1, 0, 9, 0.0, [0, 5, 9, 14]),
+        BranchView(2, None, None, 0.0, [0, 6]),
+        BranchView(3, 2, 6, 0.0, [0, 6]),
     ]
     # the prompt's mean reward 0.25 joins each node as one pseudo-observation:
     # (0,5), (0,9): {0, 1, 0.25} -> mean 0.41667, variance 0.541667/3 = 0.180556 (deeper first)
     # (1,14): {0, 0.25} -> 0.015625; (2,6): {0, 0, 0.25} -> 0.041667/3 = 0.013889
     rule = get_rule("mixed_outcome")
-    got = rule.anchors(paths, 3, None, TreeConfig())
-    assert [(a.path, a.offset) for a in got] == [(0, 9), (0, 5), (1, 14)]
+    got = rule.anchors(branches, 3, None, TreeConfig())
+    assert [(a.branch, a.offset) for a in got] == [(0, 9), (0, 5), (1, 14)]
     assert [a.score for a in got] == pytest.approx([0.180556, 0.180556, 0.015625], abs=1e-6)
-    assert [(a.path, a.offset) for a in rule.anchors(paths, 1, None, TreeConfig())] == [(0, 9)]
-    same = [PathView(0, None, None, 1.0, [0, 5]), PathView(1, None, None, 1.0, [0, 8])]
+    assert [(a.branch, a.offset) for a in rule.anchors(branches, 1, None, TreeConfig())] == [(0, 9)]
+    same = [BranchView(0, None, None, 1.0, [0, 5]), BranchView(1, None, None, 1.0, [0, 8])]
     assert rule.anchors(same, 2, None, TreeConfig()) == []  # no contrast anywhere: top-ups
 
 
@@ -123,7 +123,7 @@ def check_budget(res, m: int, max_tokens: int) -> None:
     assert len(trajs) == m * len(groups)
     assert all(sum(t.group_id == g for t in trajs) == m for g in groups)
     by_key = {(t.group_id, t.traj_id): t for t in trajs}
-    own = 0  # tokens each path sampled itself: a fork's prefix is its parent's
+    own = 0  # tokens each branch sampled itself: a fork's prefix is its parent's
     for t in trajs:
         t.validate()
         assert len(t.response_ids) <= max_tokens
@@ -153,7 +153,7 @@ def test_every_rule_gives_exactly_m_paths_at_the_token_budget(hf_engine, tokeniz
 
 @pytest.mark.parametrize("rule", ["turn", "entropy_value", "mixed_outcome"])
 def test_wave_rules_with_aepo_premonitoring(hf_engine, tokenizer, rule):
-    # the reused probe is an initial path like the others: its tool results and tokens are anchors
+    # the reused probe is an initial branch like the others: its tool results and tokens are anchors
     cfg = TreeConfig(initial_rollouts=2, branch_rule=rule, enable_dynamic_rollouts=True, reuse_probe=True)
     res = run(TreeRollout(hf_engine, cfg, budget=6).arollout(make_env_factory(tokenizer), PARAMS, n_prompts=2,
                                                              max_response_tokens=96, seed=3))  # fmt: skip
@@ -284,7 +284,7 @@ def test_the_old_spelling_names_the_new_key(tmp_path):
 def test_appo_attribution_golden():
     from algorithms.arpo import appo_attribution
 
-    # path a (A = 1) with forks b (A = -1, keeps a's first 2 tokens) and c (A = 0.5, first 3):
+    # branch a (A = 1) with forks b (A = -1, keeps a's first 2 tokens) and c (A = 0.5, first 3):
     # a's positions 0-1 get 1 + mean(-1, 0.5) = 0.75, position 2 gets 1 + 0.5, position 3 stays 1
     adv, mask = appo_attribution(torch.tensor([1.0, -1.0, 0.5]), keys=["a", "b", "c"],
                                  parents=[None, "a", "a"], offsets=[0, 2, 3], mask=torch.ones(3, 4))  # fmt: skip
@@ -315,7 +315,7 @@ def test_appo_rule_in_the_learner(tiny_model_path, tokenizer, tmp_path):
     batch = RolloutBatch.from_trajectories(trajs, learner.shape_rewards(trajs))
     adv, mask = learner.compute_advantages(batch)
     r = batch.rewards.double()
-    z = {}  # GRPO within each of the prompt's two groups: paths from the prompt, and forks
+    z = {}  # GRPO within each of the prompt's two groups: branches from the prompt, and forks
     for g in {t.group_id for t in trajs}:
         for is_fork in (False, True):
             rows = [i for i, t in enumerate(trajs) if t.group_id == g and (t.parent_id is not None) == is_fork]

@@ -25,21 +25,21 @@ def tree_rollout(engine, tokenizer, seed=0, **cfg):
 def check_tree(res, m=M):
     trajs = res.trajectories
     assert len(trajs) == len(res.prompts) * m
-    by_key = {(t.group_id, t.traj_id): (t, p) for t, p in zip(trajs, res.paths, strict=True)}
+    by_key = {(t.group_id, t.traj_id): (t, p) for t, p in zip(trajs, res.branches, strict=True)}
     assert len(by_key) == len(trajs)
     for g in {t.group_id for t in trajs}:
         group = [t for t in trajs if t.group_id == g]
         assert len(group) == m and len({t.task_id for t in group}) == 1
         assert len({tuple(t.prompt_ids) for t in group}) == 1
     forks = 0
-    for t, path in zip(trajs, res.paths, strict=True):
+    for t, branch in zip(trajs, res.branches, strict=True):
         t.validate()
-        assert path.env.get_state().done  # every episode ran to its end
+        assert branch.env.get_state().done  # every episode ran to its end
         if t.parent_id is None:
             assert t.branch_offset is None and t.lineage["depth"] == 0
             continue
         forks += 1
-        parent, ppath = by_key[(t.group_id, t.parent_id)]
+        parent, pbranch = by_key[(t.group_id, t.parent_id)]
         b = t.branch_offset
         # the prefix (ids, mask, rollout log-probs) up to and including the tool result is the parent's
         assert t.response_ids[:b] == parent.response_ids[:b]
@@ -48,7 +48,7 @@ def check_tree(res, m=M):
         assert b in parent.segment_starts and parent.loss_mask[b - 1] == 0  # right after a result
         # the env state at the branch point is the parent's: the same episode segments up to there
         n_env = 2 * sum(1 for s in parent.segment_starts if s < b)
-        assert path.env.get_state().segments[:n_env] == ppath.env.get_state().segments[:n_env]
+        assert branch.env.get_state().segments[:n_env] == pbranch.env.get_state().segments[:n_env]
         n_seg = n_env // 2  # and the entropies of the shared segments, H_init included
         assert t.lineage["segment_entropy"][:n_seg] == parent.lineage["segment_entropy"][:n_seg]
         assert t.lineage["h_init"] == parent.lineage["h_init"]

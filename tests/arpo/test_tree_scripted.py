@@ -143,8 +143,8 @@ def test_consecutive_penalty_is_counted_per_path(tokenizer):
 
 
 def test_reference_rule_counts_per_prompt(tokenizer):
-    # the reference's per-prompt counter resets after an iteration without new paths, so later
-    # branch points fork again where our per-path counter would not: the trees differ
+    # the reference's per-prompt counter resets after an iteration without new branches, so later
+    # branch points fork again where our per-branch counter would not: the trees differ
     ours = _penalty_tree(tokenizer, "ours")
     ref = _penalty_tree(tokenizer, "reference")
     assert len(ref) != len(ours)

@@ -121,26 +121,26 @@ def test_a_sync_lands_between_engine_calls_and_later_segments_carry_the_new_vers
     import agent_envs  # noqa: F401
     from algorithms.rollout.engine import SamplingParams
     from algorithms.rollout.hf import HFEngine
-    from algorithms.rollout.runner import generate_segments, run_paths, start_group, step_paths
+    from algorithms.rollout.runner import generate_segments, run_branches, start_group, step_branches
 
     base = HFEngine(sft_run["model"])
     engine = VersionedEngine(base)
     env = gym.make("AgentMath-v0", tokenizer=base.tokenizer, system_prompt=SYSTEM_PROMPT).unwrapped
-    paths = start_group(env, base.tokenizer, 0, 4, 0, seed=0, options={"index": 0})
+    branches = start_group(env, base.tokenizer, 0, 4, 0, seed=0, options={"index": 0})
     params = SamplingParams(seed=0)
 
     async def episode():
-        segs = await generate_segments(engine, paths, params, 96)
-        await step_paths(paths, segs, base.tokenizer, 96)
+        segs = await generate_segments(engine, branches, params, 96)
+        await step_branches(branches, segs, base.tokenizer, 96)
         other = copy.deepcopy(base.model)
         with torch.no_grad():
             for p in other.parameters():
                 p.mul_(0.5)
         engine.sync_weights(other)  # version 1
-        await run_paths(engine, paths, params, 96)
+        await run_branches(engine, branches, params, 96)
 
     asyncio.run(episode())
-    trajs = [p.to_trajectory() for p in paths]
+    trajs = [p.to_trajectory() for p in branches]
     continued = [t for t in trajs if len(t.segment_starts) > 1]
     assert continued, "no episode made a tool call, so none was in flight at the sync"
     for t in trajs:

@@ -9,7 +9,7 @@ Both sides roll out M = 16 trajectories for each of the same prompts of one env 
 arithmetic world `AgentMath-v0`, real python sandbox, one call per episode; `--env` takes any
 registered id, e.g. the multi-hop knowledge world `AgentQA-v0`), with the same engine: the tiny model on the vLLM CPU engine,
 in-process, prefix caching on. A = flat GRPO (16 independent episodes per prompt, the runner);
-B = ARPO's tree (by default the paper's N = 8 initial paths, Z = 2, α = 0.5, β = 0.2, k = 20,
+B = ARPO's tree (by default the paper's N = 8 initial branches, Z = 2, α = 0.5, β = 0.2, k = 20,
 K = 10; forks after tool results, top-ups to exactly 16; `--initial`, `--beam` and `--alpha` change
 the tree's shape). The prefix cache is reset before every run, A and B alternate,
 and each round uses a new seed. Measured per run:
@@ -64,8 +64,8 @@ def make_env_factory(tokenizer, env_id: str, env_kwargs: dict, budget: int):
     return make
 
 
-def executed_calls(paths) -> int:
-    return sum(sum(p.env.metrics.calls.values()) for p in paths)
+def executed_calls(branches) -> int:
+    return sum(sum(p.env.metrics.calls.values()) for p in branches)
 
 
 def prefill_counters(engine) -> tuple[float, float]:
@@ -74,14 +74,14 @@ def prefill_counters(engine) -> tuple[float, float]:
 
 
 async def flat(engine, make_env, params, prompts: list[int], seed: int, budget: int):
-    from algorithms.rollout.runner import run_paths, start_group
+    from algorithms.rollout.runner import run_branches, start_group
 
-    paths = []
+    branches = []
     for g, idx in enumerate(prompts):
-        paths += start_group(make_env(), engine.tokenizer, g, M, g * M, seed=seed + g, options={"index": idx})
-    await run_paths(engine, paths, params, budget)
-    trajs = [p.to_trajectory() for p in paths]
-    return trajs, sum(sum(t.loss_mask) for t in trajs), executed_calls(paths)
+        branches += start_group(make_env(), engine.tokenizer, g, M, g * M, seed=seed + g, options={"index": idx})
+    await run_branches(engine, branches, params, budget)
+    trajs = [p.to_trajectory() for p in branches]
+    return trajs, sum(sum(t.loss_mask) for t in trajs), executed_calls(branches)
 
 
 async def tree(engine, make_env, params, prompts: list[int], seed: int, budget: int, shape: dict):

@@ -9,7 +9,7 @@ import pytest
 from rollout_helpers import CalcTool, make_env
 
 from algorithms.rollout import SamplingParams, Trajectory, run_episodes
-from algorithms.rollout.runner import EpisodeBranch, encode, run_paths, start_group
+from algorithms.rollout.runner import EpisodeBranch, encode, run_branches, start_group
 from algorithms.rollout.trajectory import read_jsonl, write_jsonl
 
 
@@ -99,18 +99,18 @@ def _attach_env_segments(trajs, paths_envs):
 
 
 async def _run_with_envs(engine, **kw):
-    """Like _run, but keeps each path's env so the test can read what the env inserted."""
+    """Like _run, but keeps each branch's env so the test can read what the env inserted."""
     rec = RecordingEngine(engine)
     tool = kw.pop("tool", None) or CalcTool()
     budget = kw.pop("budget", 256)
     params = kw.pop("params", None) or SamplingParams(temperature=1.0, max_tokens=budget, seed=11)
-    paths: list[EpisodeBranch] = []
+    branches: list[EpisodeBranch] = []
     for g in range(kw.pop("n_prompts", 4)):
         env = make_env(engine.tokenizer, tool, max_response_tokens=budget)
-        paths += start_group(env, engine.tokenizer, g, kw.get("group_size", 4), len(paths), seed=g)
-    await run_paths(rec, paths, params, budget)
-    trajs = [p.to_trajectory() for p in paths]
-    _attach_env_segments(trajs, [p.env for p in paths])
+        branches += start_group(env, engine.tokenizer, g, kw.get("group_size", 4), len(branches), seed=g)
+    await run_branches(rec, branches, params, budget)
+    trajs = [p.to_trajectory() for p in branches]
+    _attach_env_segments(trajs, [p.env for p in branches])
     return trajs, rec, tool
 
 
@@ -139,7 +139,7 @@ async def test_run_episodes_rewards_end_states_and_budget(vllm_engine):
         assert t.end_reason
         assert "tool_calls" in t.components and t.tool_calls == t.components["tool_calls"]
         assert isinstance(t.reward, float)
-    # every engine request asked for at most the path's remaining budget
+    # every engine request asked for at most the branch's remaining budget
     for prompts, params, _ in rec.calls:
         for p, sp in zip(prompts, params, strict=True):
             prompt_len = len(trajs[0].prompt_ids)
@@ -174,37 +174,37 @@ async def test_generation_overlaps_slow_tool_calls(hf_engine):
         return await inner(prompts, params)
 
     rec.agenerate = timed
-    paths = []
+    branches = []
     for g in range(4):
         env = make_env(hf_engine.tokenizer, tool)
-        paths += start_group(env, hf_engine.tokenizer, g, 4, len(paths), seed=g)
-    await run_paths(rec, paths, SamplingParams(max_tokens=256, seed=5), 256)
+        branches += start_group(env, hf_engine.tokenizer, g, 4, len(branches), seed=g)
+    await run_branches(rec, branches, SamplingParams(max_tokens=256, seed=5), 256)
     assert any(in_flight > 0 for _, in_flight in started), "some generation started while tools were running"
 
 
 async def test_fork_at_boundary_continues_independently(hf_engine):
     env = make_env(hf_engine.tokenizer)
-    [path] = start_group(env, hf_engine.tokenizer, 0, 1, 0, seed=0)
+    [branch] = start_group(env, hf_engine.tokenizer, 0, 1, 0, seed=0)
     params = SamplingParams(temperature=0, max_tokens=128)
     # drive until the first tool result is appended
     from algorithms.rollout.runner import apply_segment, generate_segments
 
     for _ in range(3):
-        segs = await generate_segments(hf_engine, [path], params, 256)
-        await apply_segment(path, segs[0], hf_engine.tokenizer, 256)
-        if not path.active or path.boundary_offset:
+        segs = await generate_segments(hf_engine, [branch], params, 256)
+        await apply_segment(branch, segs[0], hf_engine.tokenizer, 256)
+        if not branch.active or branch.boundary_offset:
             break
-    if not path.boundary_offset:
+    if not branch.boundary_offset:
         pytest.fail("greedy episode made no tool call; the warmed tiny model should call <python>")
-    at = path.boundary_offset
-    fork = path.fork(traj_id=99, at_boundary=True)
-    assert fork.response_ids == path.response_ids[:at] and fork.branch_offset == at
-    assert fork.parent_id == path.traj_id and fork.lineage["depth"] == 1
-    assert fork.env is not path.env and fork.env.get_state() is path.boundary_state
-    await run_paths(hf_engine, [fork], SamplingParams(temperature=1.0, seed=3, max_tokens=256), 256)
+    at = branch.boundary_offset
+    fork = branch.fork(traj_id=99, at_boundary=True)
+    assert fork.response_ids == branch.response_ids[:at] and fork.branch_offset == at
+    assert fork.parent_id == branch.traj_id and fork.lineage["depth"] == 1
+    assert fork.env is not branch.env and fork.env.get_state() is branch.boundary_state
+    await run_branches(hf_engine, [fork], SamplingParams(temperature=1.0, seed=3, max_tokens=256), 256)
     t = fork.to_trajectory()
     t.validate()
-    assert t.response_ids[:at] == path.response_ids[:at] and not fork.active
+    assert t.response_ids[:at] == branch.response_ids[:at] and not fork.active
 
 
 def test_trajectory_jsonl_round_trip_and_errors(tmp_path):
@@ -258,7 +258,20 @@ async def test_tool_results_landing_in_a_stream_share_one_engine_call(hf_engine)
     first_prompts, _, first_segs = rec.calls[0]
     called = sum(seg.finish_reason == "stop" for seg in first_segs)
     assert called >= 4, "the warmed tiny model writes <python> calls for most prompts"
-    # every path whose first tool call was answered continues in the second engine call, not in
+    # every branch whose first tool call was answered continues in the second engine call, not in
     # a call of its own started as soon as the first result came back
     assert len(rec.calls[1][0]) >= called - 1, [len(c[0]) for c in rec.calls]
     assert len(first_prompts) == len(trajs)
+
+
+def test_every_lazy_export_of_the_package_exists():
+    """`algorithms.rollout` exports its engines and the runner lazily, by name: a renamed class must
+    not leave its old name behind (the runner's `Path` outlived its rename to `EpisodeBranch`)."""
+    import importlib
+
+    import algorithms.rollout as rollout
+
+    missing = [f"{module}.{name}" for name, module in rollout._LAZY.items()
+               if not hasattr(importlib.import_module(module), name)]  # fmt: skip
+    assert not missing, f"algorithms.rollout exports names its modules do not define: {missing}"
+    assert rollout.EpisodeBranch is EpisodeBranch

@@ -1,10 +1,10 @@
 """`entropy`: ARPO's rule (arXiv 2507.19849), the default: fork after a tool result where the
 model's reaction is more uncertain than its start.
 
-Online: after a tool result, the path's next segment is generated and its entropy H_seg compared
-with the path's initial entropy H_init; each of Z − 1 candidate forks is then drawn with
+Online: after a tool result, the branch's next segment is generated and its entropy H_seg compared
+with the branch's initial entropy H_init; each of Z − 1 candidate forks is then drawn with
 P = clip((α + β·ΔH)·max(0, 1 − γ·l), 0, 1), ΔH = H_seg − H_init (`branching.py`, docs/algorithms.md
-§6.5; γ·l is AEPO's penalty, §7.3). A prompt whose paths all end short of M gets top-ups.
+§6.5; γ·l is AEPO's penalty, §7.3). A prompt whose branches all end short of M gets top-ups.
 
     >>> import random
     >>> rule = EntropyRule()
@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from algorithms.rollout.branch_rules import Anchor, PathView
+from algorithms.rollout.branch_rules import Anchor, BranchView
 from algorithms.rollout.branching import decide_branch
 from algorithms.rollout.tree_config import TreeConfig
 
@@ -35,7 +35,7 @@ class EntropyRule:
     def wave_size(self, initial: int, left: int) -> int:
         return 0  # never waves: the budget left is topped up
 
-    def anchors(self, paths: Sequence[PathView], k: int, rng: random.Random, cfg: TreeConfig) -> list[Anchor]:
+    def anchors(self, branches: Sequence[BranchView], k: int, rng: random.Random, cfg: TreeConfig) -> list[Anchor]:
         return []
 
 

@@ -7,16 +7,16 @@ learned predictor gives, and allocates rollouts to the best anchors. Here nothin
 a node (`prefix_nodes`) is scored by the variance of the rewards seen through it, with the
 prompt's mean reward added as one pseudo-observation (so a prefix seen once scores by how far
 its outcome lies from the prompt's: (r − r̄)²/4). The prompt's own budget is fixed (M per
-prompt), so only prefixes after a tool result are anchors. After the N initial paths end, each
-wave forks the N best nodes with a nonzero score (ties: fewer paths through it, then deeper,
+prompt), so only prefixes after a tool result are anchors. After the N initial branches end, each
+wave forks the N best nodes with a nonzero score (ties: fewer branches through it, then deeper,
 then earlier); budget without such a node (every outcome equal) goes to top-ups. Waves repeat
-until M paths.
+until M branches.
 
-    >>> paths = [PathView(0, None, None, 1.0, [0, 5]), PathView(1, 0, 5, 0.0, [0, 5]),
-    ...          PathView(2, None, None, 1.0, [0, 7])]
+    >>> branches = [BranchView(0, None, None, 1.0, [0, 5]), BranchView(1, 0, 5, 0.0, [0, 5]),
+    ...             BranchView(2, None, None, 1.0, [0, 7])]
     >>> round(outcome_variance([1.0, 0.0, 1.0]), 4)
     0.2222
-    >>> [(a.path, a.offset, round(a.score, 4)) for a in MixedOutcomeRule().anchors(paths, 2, None, TreeConfig())]
+    >>> [(a.branch, a.offset, round(a.score, 4)) for a in MixedOutcomeRule().anchors(branches, 2, None, TreeConfig())]
     [(0, 5, 0.1728), (2, 7, 0.0278)]
 """
 
@@ -26,7 +26,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from algorithms.rollout.branch_rules import Anchor, PathView, prefix_nodes
+from algorithms.rollout.branch_rules import Anchor, BranchView, prefix_nodes
 from algorithms.rollout.tree_config import TreeConfig
 
 
@@ -44,12 +44,12 @@ class MixedOutcomeRule:
     def wave_size(self, initial: int, left: int) -> int:
         return min(initial, left)
 
-    def anchors(self, paths: Sequence[PathView], k: int, rng: random.Random, cfg: TreeConfig) -> list[Anchor]:
+    def anchors(self, branches: Sequence[BranchView], k: int, rng: random.Random, cfg: TreeConfig) -> list[Anchor]:
         """The k most mixed prefixes after a tool result (score > 0)."""
-        prior = math.fsum(p.reward for p in paths) / len(paths)
+        prior = math.fsum(p.reward for p in branches) / len(branches)
         ranked = []
-        for (owner, offset), through in prefix_nodes(paths).items():
-            score = outcome_variance([*(paths[j].reward for j in through), prior])
+        for (owner, offset), through in prefix_nodes(branches).items():
+            score = outcome_variance([*(branches[j].reward for j in through), prior])
             if offset > 0 and score > 1e-12:
                 ranked.append((-score, len(through), -offset, owner, offset, score))
         ranked.sort()
