@@ -67,6 +67,8 @@ def test_async_trains_within_the_staleness_bound(tmp_path, sft_run, algo):
         assert math.isfinite(m["pg_loss"]) and "reward_mean" in m
         assert 0 <= m["async/staleness_mean"] <= m["async/staleness_max"] <= 1
         assert {"is_ratio/mean", "async/dropped", "async/overlap_s"} <= set(m)
+    # the engine times each sync: the first batch follows none of this run's, the second one does
+    assert history[0]["async/sync_s"] == 0.0 < history[1]["async/sync_s"]
     batches = _trained_batches(tmp_path)
     assert sorted(batches) == [0, 1]
     ages = []
