@@ -23,7 +23,10 @@ collect_ignore = [
     "agent_envs/rewards/_symbolic_worker.py",
     "tests/interop/trl_grpo.py",  # a script for TRL's own venv: importing it runs the training
 ]
-collect_ignore_glob = ["tests/conftest.py", "tests/*/conftest.py"]
+collect_ignore_glob = [
+    "tests/conftest.py", "tests/*/conftest.py",
+    "tests/gateway/agents/*.py",  # agent programs for their own venvs (openai-agents, smolagents)
+]
 
 # doctests that take over ~5 s (the learner's trains a few steps): `make test` runs them, `make test-fast` not
 SLOW_DOCTESTS = ("algorithms.core.learner",)
