@@ -61,7 +61,7 @@ from algorithms.core.evaluation import evaluate, held_out_tasks
 from algorithms.core.group_sampling import group_rollout
 from algorithms.core.health_watch import HealthWatch
 from algorithms.core.learner_config import LearnerConfig
-from algorithms.core.logprobs import frozen_logprobs, response_logits, shared_prompt_logits, token_logprobs
+from algorithms.core.logprobs import frozen_logprobs, token_logprobs
 from algorithms.core.losses import LossConfig, loss_and_metrics
 from algorithms.core.metrics import MinibatchMetrics, StepMetrics, record_advantages, rollout_metrics
 from algorithms.core.ranks import Ranks
@@ -115,10 +115,11 @@ class Learner:
         self.model, self.optimizer, self.scheduler = acc.prepare(self.model, self.optimizer, self.scheduler)
         if self.ref_model is not None:
             self.ref_model = acc.prepare_model(self.ref_model, evaluation_mode=True)
-        # DDP-style wrappers expect one forward per backward, and gradient checkpointing turns the
-        # KV cache off: sharing prompts is for the single-process case
-        self.share_prompts = self.world == 1 and not cfg.gradient_checkpointing
-        self.packer = TreePacker() if cfg.packing == "tree" else None  # docs/algorithms.md, tree packing
+        # the one forward pass, which chooses the packing (docs/algorithms.md, tree packing). DDP-style
+        # wrappers expect one forward per backward, and gradient checkpointing turns the KV cache
+        # off: sharing prompts (and packing responses) is for the single-process case
+        self.packer = TreePacker(forks=cfg.packing == "tree",
+                                 share_prompts=self.world == 1 and not cfg.gradient_checkpointing)
         self.env_factory = env_factory or setup.env_factory(cfg, self.tokenizer)
         self.engine = engine if engine is not None else setup.make_engine(
             cfg, path=self.model_path, tokenizer=self.tokenizer, accelerator=acc, model=self.model)  # fmt: skip
@@ -233,8 +234,7 @@ class Learner:
         rollout temperature (algorithms/core/logprobs.py)."""
         trajs = [batch.trajectories[r] for r in micro.rows]
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        logits_of = self.packer if self.packer else shared_prompt_logits if self.share_prompts else response_logits
-        logits = logits_of(model, trajs, micro.width, pad_id=pad, device=self.accelerator.device)
+        logits = self.packer(model, trajs, micro.width, pad_id=pad, device=self.accelerator.device)
         targets = batch.response_ids[micro.rows, : micro.width].to(self.accelerator.device)
         temperature = self.config.temperature
         return token_logprobs(logits, targets, temperature=temperature, with_entropy=with_entropy,
@@ -271,7 +271,7 @@ class Learner:
         metrics.update(step.is_ratio())
         if health is not None:
             metrics.update(self.health.step_metrics(health, trajs))
-        metrics.update(step.means() | (self.packer.take_metrics() if self.packer else {}))
+        metrics.update(step.means() | self.packer.take_metrics())
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         self.step += 1
         self.sync_engine()  # 5. sync: the engine samples the next step from the updated policy

@@ -12,9 +12,11 @@ The logits are divided by the rollout temperature before the log-softmax (docs/a
 TRL do the same), so the ratio compares the distribution that was actually sampled. Work is chunked over
 positions so a 150k vocabulary never needs a full [tokens, vocab] log-softmax in memory at once.
 
-The forward passes left-pad prompts and right-pad responses so every response starts at the same
+`response_logits` left-pads prompts and right-pads responses so every response starts at the same
 column; position ids skip the padding; only the response positions reach the LM head.
-`shared_prompt_logits` runs each distinct prompt once for all its responses.
+`prompt_pass` runs each distinct prompt once, keeping its keys and values for its responses: the
+learner's forward pass (`tree_packing.TreePacker`, which chooses between the two) packs the
+responses after it.
 """
 
 from __future__ import annotations
@@ -117,42 +119,6 @@ def prompt_pass(model: Any, prompts: list[Any], *, pad_id: int, device: Any) -> 
     return head, p_attn
 
 
-def shared_prompt_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
-    """`response_logits`, with each distinct prompt run once: a group's G responses share a
-    prompt, so its KV cache is computed once (with gradients) and repeated for them. Causal
-    attention makes this the same computation as G full passes; the prompt tokens' share of the
-    cost drops G-fold (about a third of a tiny GRPO step's training time)."""
-    owner_of: dict[tuple[int, ...], int] = {}
-    owners = [owner_of.setdefault(tuple(t.prompt_ids), len(owner_of)) for t in trajs]
-    if len(owner_of) == len(trajs):
-        return response_logits(model, trajs, width, pad_id=pad_id, device=device)
-    passed = prompt_pass(model, list(owner_of), pad_id=pad_id, device=device)
-    if passed is None:
-        return response_logits(model, trajs, width, pad_id=pad_id, device=device)
-    head, p_attn = passed
-    cache = head.past_key_values
-    rows = torch.tensor(owners, device=device)
-    for layer in cache.layers:  # one copy of its prompt's keys and values per response
-        layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
-    b = len(trajs)
-    ids = torch.full((b, width), pad_id, dtype=torch.long)
-    r_attn = torch.zeros((b, width), dtype=torch.long)
-    for i, t in enumerate(trajs):
-        n = min(len(t.response_ids), width)
-        ids[i, :n] = torch.tensor(t.response_ids[:n], dtype=torch.long)
-        r_attn[i, :n] = 1
-    starts = torch.tensor([len(t.prompt_ids) for t in trajs]).unsqueeze(1)
-    out = model(
-        input_ids=ids.to(device),
-        attention_mask=torch.cat([p_attn[owners], r_attn], dim=1).to(device),
-        position_ids=(starts + torch.arange(width)).to(device),
-        past_key_values=cache,
-        use_cache=True,
-    )
-    # the prompt's last position predicts the first response token
-    return torch.cat([head.logits[:, -1:][rows], out.logits[:, :-1]], dim=1)
-
-
 Forward = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 
@@ -176,4 +142,4 @@ def frozen_logprobs(
     return lps, ents
 
 
-__all__ = ["frozen_logprobs", "prompt_pass", "response_logits", "shared_prompt_logits", "token_logprobs"]
+__all__ = ["frozen_logprobs", "prompt_pass", "response_logits", "token_logprobs"]

@@ -10,6 +10,10 @@ logits are exactly those of its flat sequence (the cached keys and values keep t
 graph, so gradients are the flat ones too), while the transformer runs over `tree_token_ratio`
 of the flat tokens (docs/algorithms.md §2.12).
 
+Flat GRPO groups take the same path without forks (`TreePacker(forks=False)`, the learner's
+`packing: flat`): each prompt once, the responses packed into rows, so a micro-batch computes its
+real tokens rather than every response padded to the longest.
+
 The tree comes from the rollout's own lineage (`Trajectory.group_id`, `parent_id`,
 `branch_offset`: a fork's response before `branch_offset` is a copy of its parent's), never
 from comparing token ids. A fork whose parent is not in the micro-batch, or whose prompt differs,
@@ -53,9 +57,12 @@ def _parents_first(trajs: Sequence[Any], index_of: dict) -> list[int]:
     return done
 
 
-def _lineage(trajs: Sequence[Any]) -> tuple[list[int], dict[int, int | None]]:
+def _lineage(trajs: Sequence[Any], forks: bool = True) -> tuple[list[int], dict[int, int | None]]:
     """Parents-first order, and each trajectory's parent index: None for a root, for a fork
-    whose parent is not in `trajs`, and for one whose prompt differs from its parent's."""
+    whose parent is not in `trajs`, and for one whose prompt differs from its parent's; every
+    trajectory is a root when `forks` is false."""
+    if not forks:
+        return list(range(len(trajs))), dict.fromkeys(range(len(trajs)))
     index_of = {(t.group_id, t.traj_id): i for i, t in enumerate(trajs)}
     order = _parents_first(trajs, index_of)
     parent: dict[int, int | None] = {}
@@ -68,10 +75,11 @@ def _lineage(trajs: Sequence[Any]) -> tuple[list[int], dict[int, int | None]]:
     return order, parent
 
 
-def packed_tokens(trajs: Sequence[Any], width: int | None = None) -> int:
+def packed_tokens(trajs: Sequence[Any], width: int | None = None, forks: bool = True) -> int:
     """How many tokens a tree-packed pass computes: each group's distinct prompts once, each
-    root's response, and each fork's response from its branch point."""
-    _, parent = _lineage(trajs)
+    root's response, and each fork's response from its branch point (`forks` false: every
+    response whole)."""
+    _, parent = _lineage(trajs, forks)
     total = sum(len(p) for _, p in {(t.group_id, tuple(t.prompt_ids)) for t in trajs})
     for i, t in enumerate(trajs):
         n = len(t.response_ids) if width is None else min(width, len(t.response_ids))
@@ -80,30 +88,48 @@ def packed_tokens(trajs: Sequence[Any], width: int | None = None) -> int:
 
 
 class TreePacker:
-    """`walk_logits` for a learner's forward passes, counting what the packing saved:
-    `take_metrics()` gives `tree_token_ratio` (packed ÷ flat tokens) since it was last called."""
+    """The learner's forward pass over a micro-batch, and the one place that chooses its packing:
+    logits [b, width, vocab] predicting each response token (`response_logits`' layout).
 
-    def __init__(self) -> None:
+    - `share_prompts` (one process, no gradient checkpointing) or `forks`: each distinct prompt
+      once, then the responses packed into rows (`tree_logits`), so only real tokens are computed
+      but for the rows' ends; with `forks` (`packing: tree`) a fork's tokens before its branch
+      point are its parent's, computed once;
+    - otherwise one full pass per trajectory (`response_logits`): DDP-style wrappers expect one
+      forward per backward, and gradient checkpointing turns the KV cache off.
+
+    With `forks`, `take_metrics()` gives `tree_token_ratio` (packed ÷ flat tokens) since it was
+    last called."""
+
+    def __init__(self, *, forks: bool = True, share_prompts: bool = True) -> None:
+        self.forks, self.share_prompts = forks, share_prompts
         self.packed = self.flat = 0
 
     def __call__(self, model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
-        self.packed += packed_tokens(trajs, width)
-        self.flat += sum(len(t.prompt_ids) + min(width, len(t.response_ids)) for t in trajs)
-        return tree_logits(model, trajs, width, pad_id=pad_id, device=device)
+        if not (self.forks or self.share_prompts):
+            return response_logits(model, trajs, width, pad_id=pad_id, device=device)
+        if self.forks:
+            self.packed += packed_tokens(trajs, width)
+            self.flat += sum(len(t.prompt_ids) + min(width, len(t.response_ids)) for t in trajs)
+        return tree_logits(model, trajs, width, pad_id=pad_id, device=device, forks=self.forks)
 
     def take_metrics(self) -> dict[str, float]:
+        if not self.forks:
+            return {}
         ratio = self.packed / self.flat if self.flat else 1.0
         self.packed = self.flat = 0
         return {"tree_token_ratio": ratio}
 
 
-def tree_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
+def tree_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any,
+                forks: bool = True) -> torch.Tensor:
     """Logits [b, width, vocab] like `response_logits`, each shared token computed once: in one
     pass over the packed trees (`mask_logits`) where the model takes a custom attention mask, else
-    by the walk through cached keys and values (`walk_logits`)."""
+    by the walk through cached keys and values (`walk_logits`). `forks` false: every trajectory is
+    a root (its prompt still shared with its group)."""
     if _takes_tree_mask(model):
-        return mask_logits(model, trajs, width, pad_id=pad_id, device=device)
-    return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
+        return mask_logits(model, trajs, width, pad_id=pad_id, device=device, forks=forks)
+    return walk_logits(model, trajs, width, pad_id=pad_id, device=device, forks=forks)
 
 
 def _takes_tree_mask(model: Any) -> bool:
@@ -131,8 +157,8 @@ class _Rows:
     lens: dict[int, int]
 
     @classmethod
-    def of(cls, trajs: list[Any], width: int, capacity: int) -> _Rows:
-        order, parent = _lineage(trajs)
+    def of(cls, trajs: list[Any], width: int, capacity: int, forks: bool = True) -> _Rows:
+        order, parent = _lineage(trajs, forks)
         lens = {i: min(width, len(t.response_ids)) for i, t in enumerate(trajs)}
         first: dict[int, int] = {}
         root: dict[int, int] = {}
@@ -183,7 +209,7 @@ class _Rows:
 
 
 def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any,
-                row_tokens: int | None = None) -> torch.Tensor:
+                row_tokens: int | None = None, forks: bool = True) -> torch.Tensor:
     """`tree_logits` in two forward passes: each group's distinct prompt once, keeping its keys and
     values, then packed rows of response tokens. A row holds whole subtrees of one group and
     prompt: each root's response and each fork's tokens after its branch point, parents first. A
@@ -194,10 +220,10 @@ def mask_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device
     Rows hold `row_tokens`, by default 1.5 x the hidden size: the dense mask makes a row's
     attention cost ~L / (6 x hidden) of its dense layers, so rows that long keep it a quarter of
     them (of 1, 1.25, 1.5, 2 and 2.5, 1.5 was fastest on the tiny model's ARPO batches)."""
-    rows = _Rows.of(trajs, width, row_tokens or 3 * model.config.hidden_size // 2)
+    rows = _Rows.of(trajs, width, row_tokens or 3 * model.config.hidden_size // 2, forks)
     passed = prompt_pass(model, rows.prompts, pad_id=pad_id, device=device)
     if passed is None:
-        return walk_logits(model, trajs, width, pad_id=pad_id, device=device)
+        return walk_logits(model, trajs, width, pad_id=pad_id, device=device, forks=forks)
     head, p_mask = passed
     allowed = rows.allowed(p_mask)
     if model.config._attn_implementation == "eager":  # eager adds the mask to the scores
@@ -256,13 +282,14 @@ class _Node:
         return self.parent.index(t)
 
 
-def walk_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any) -> torch.Tensor:
+def walk_logits(model: Any, trajs: list[Any], width: int, *, pad_id: int, device: Any,
+                forks: bool = True) -> torch.Tensor:
     """Logits [b, width, vocab] like `response_logits`, computing each shared token once: each
     group's prompt once (its keys and values repeated for the group), then roots, then forks level
     by level, each fork attending to its parent's cached keys and values up to its branch point.
     Causal attention makes this the flat computation; gradients flow through the caches."""
 
-    order, parent = _lineage(trajs)
+    order, parent = _lineage(trajs, forks)
     depth: dict[int, int] = {}
     for i in order:
         p = parent[i]

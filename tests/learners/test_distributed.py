@@ -69,7 +69,9 @@ def test_two_processes_match_one(sft_run, tmp_path):
             keys += ["reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm",
                      "is_ratio/min", "is_ratio/mean", "is_ratio/max"]  # the extremes gathered over ranks
         for key in keys:
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+            # pg_loss sums advantage-weighted terms of order 1 that nearly cancel: one process packs
+            # responses into rows, two run full sequences, and float32 rounding differs by ~1e-6
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5 if key == "pg_loss" else 1e-6), key
     assert torch.isfinite(update)
 
 

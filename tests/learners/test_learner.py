@@ -234,36 +234,34 @@ def test_validation_is_greedy_on_held_out_tasks(tmp_path, sft_run):
         ScriptedGRPO(_cfg(output_dir=str(tmp_path / "too_many"), eval_every=1, eval_episodes=10**7))
 
 
-def test_shared_prompt_pass_equals_full_passes(tmp_path, monkeypatch):
-    """A group's responses reuse one prompt pass (its KV cache, with gradients): log-probs,
-    entropies and gradients equal those of a full pass per response."""
-    from algorithms.core import learner as learner_module
-    from algorithms.core import logprobs
+def test_packed_pass_equals_full_passes(tmp_path, monkeypatch):
+    """A group's responses reuse one prompt pass (its KV cache, with gradients) and are packed into
+    rows of real tokens: log-probs, entropies and gradients equal those of a full pass per response."""
+    from algorithms.core import tree_packing
     from algorithms.core.batch import MicroBatch, RolloutBatch
 
     learner = ScriptedGRPO(_cfg(output_dir=str(tmp_path), temperature=0.7))
-    assert learner.share_prompts
+    assert learner.packer.share_prompts and not learner.packer.forks
     draws = learner.draw_prompts(0, 3, 0)
     trajs = scripted_trajectories(draws, 4, ScriptedMixin.reward_of)
     batch = RolloutBatch.from_trajectories(trajs, torch.zeros(len(trajs)))
     micro = MicroBatch(rows=list(range(len(trajs))), width=batch.response_ids.shape[1])
     model = learner.model
     full_passes = []
-    full = logprobs.response_logits
+    full = tree_packing.response_logits
 
     def counted(*args, **kwargs):
         full_passes.append(1)
         return full(*args, **kwargs)
 
-    # the learner picks the full pass by name, and the shared pass falls back on it by name
-    monkeypatch.setattr(learner_module, "response_logits", counted)
-    monkeypatch.setattr(logprobs, "response_logits", counted)
+    # the packer picks the full pass by name, and the packed pass falls back on it by name
+    monkeypatch.setattr(tree_packing, "response_logits", counted)
     results = []
     for share in (True, False):
-        learner.share_prompts = share
+        learner.packer.share_prompts = share
         model.zero_grad()
         lp, ent = learner.forward(model, batch, micro, with_entropy=True, entropy_grad=True)
-        assert len(full_passes) == (0 if share else 1)  # the shared pass really ran
+        assert len(full_passes) == (0 if share else 1)  # the packed pass really ran
         ((lp + ent) * batch.loss_mask).sum().backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         results.append((lp.detach(), ent.detach(), grads))

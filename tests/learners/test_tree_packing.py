@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from algorithms.core.logprobs import response_logits, token_logprobs
-from algorithms.core.tree_packing import mask_logits, packed_tokens, walk_logits
+from algorithms.core.tree_packing import TreePacker, mask_logits, packed_tokens, walk_logits
 from algorithms.models.tiny import build_tiny_model
 from algorithms.rollout.trajectory import Trajectory
 
@@ -76,10 +76,16 @@ def mask_logits_in_short_rows(model, trajs, width, **kw):
     return mask_logits(model, trajs, width, row_tokens=24, **kw)  # a tree's subtrees split over rows
 
 
+def without_forks(fn):
+    """`fn` with every trajectory a root: the learner's packing of flat GRPO batches (`packing: flat`)."""
+    return lambda model, trajs, width, **kw: fn(model, trajs, width, forks=False, **kw)
+
+
 def check_equal(model, trajs):
     width = max(len(t.response_ids) for t in trajs)
     results = []
-    for fn in (response_logits, walk_logits, mask_logits, mask_logits_in_short_rows):
+    for fn in (response_logits, walk_logits, mask_logits, mask_logits_in_short_rows, without_forks(mask_logits),
+               without_forks(walk_logits), TreePacker(forks=False)):
         model.zero_grad()
         logp, loss = loss_of(fn(model, trajs, width, pad_id=0, device="cpu"), trajs, width)
         loss.backward()
@@ -114,6 +120,31 @@ def test_shared_tokens_are_computed_once():
     assert packed_tokens(tree) == 8 + 10 + 5 + 2 + 4
     group = grpo_group(rng, 0)
     assert packed_tokens(group) == len(group[0].prompt_ids) + sum(len(t.response_ids) for t in group)
+
+
+def test_without_forks_every_response_is_computed_whole_after_its_shared_prompt():
+    tree = arpo_tree(random.Random(1), 0)
+    assert packed_tokens(tree, forks=False) == 8 + 10 + 9 + 9 + 10
+
+
+def test_the_packer_chooses_the_pass_and_reports_only_tree_packing(monkeypatch):
+    """One forward pass for the learner: the full pass per trajectory only where prompts cannot be
+    shared (several processes, gradient checkpointing); a ratio only under `packing: tree`."""
+    from transformers import AutoModelForCausalLM
+
+    from algorithms.core import tree_packing
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=0), torch_dtype=torch.float32)
+    group = grpo_group(random.Random(2), 0)
+    width = max(len(t.response_ids) for t in group)
+    calls = []
+    monkeypatch.setattr(tree_packing, "response_logits", lambda *a, **kw: calls.append("full"))
+    monkeypatch.setattr(tree_packing, "tree_logits", lambda *a, forks, **kw: calls.append(("packed", forks)))
+    for forks, share in ((False, True), (True, True), (True, False), (False, False)):
+        packer = TreePacker(forks=forks, share_prompts=share)
+        packer(model, group, width, pad_id=0, device="cpu")
+        assert ("tree_token_ratio" in packer.take_metrics()) == forks
+    assert calls == [("packed", False), ("packed", True), ("packed", True), "full"]
 
 
 def test_lineage_not_token_values_decides_sharing():

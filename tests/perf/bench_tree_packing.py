@@ -80,8 +80,8 @@ def main() -> None:
         batches.append(batch)
     saved = (copy.deepcopy(learner.model.state_dict()), copy.deepcopy(learner.optimizer.state_dict()))
 
-    def step_time(packer: TreePacker | None, share_prompts: bool = True) -> tuple[float, float]:
-        learner.packer, learner.share_prompts = packer, share_prompts
+    def step_time(packer: TreePacker) -> tuple[float, float]:
+        learner.packer = packer
         total = 0.0
         for batch in batches:
             learner.model.load_state_dict(saved[0])
@@ -94,13 +94,13 @@ def main() -> None:
             for rows in minibatch_rows(batch, cfg.num_minibatches):
                 learner.update(batch, rows)
             total += time.process_time() - start
-        ratio = packer.take_metrics()["tree_token_ratio"] if packer else 1.0
+        ratio = packer.take_metrics().get("tree_token_ratio", 1.0)
         return total / len(batches), ratio
 
     plain, flat, tree, ratios = [], [], [], []
     for r in range(args.rounds):
-        plain.append(step_time(None, share_prompts=False)[0])
-        flat.append(step_time(None)[0])
+        plain.append(step_time(TreePacker(forks=False, share_prompts=False))[0])
+        flat.append(step_time(TreePacker(forks=False))[0])
         seconds, ratio = step_time(TreePacker())
         tree.append(seconds)
         ratios.append(ratio)
