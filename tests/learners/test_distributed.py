@@ -69,9 +69,12 @@ def test_two_processes_match_one(sft_run, tmp_path):
             keys += ["reward_mean", "pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm",
                      "is_ratio/min", "is_ratio/mean", "is_ratio/max"]  # the extremes gathered over ranks
         for key in keys:
-            # pg_loss sums advantage-weighted terms of order 1 that nearly cancel: one process packs
-            # responses into rows, two run full sequences, and float32 rounding differs by ~1e-6
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5 if key == "pg_loss" else 1e-6), key
+            # pg_loss and the gradient sum advantage-weighted terms that nearly cancel (a group's
+            # advantages sum to 0): one process packs responses into rows, two run full sequences,
+            # and their float32 rounding (~1e-6 of each term) shows at ~1e-4 of the sums; the
+            # weights above agree to 1e-4 of the update
+            loose = key in ("pg_loss", "grad_norm")
+            assert a[key] == pytest.approx(b[key], rel=1e-3 if loose else 1e-4, abs=1e-6), key
     assert torch.isfinite(update)
 
 
