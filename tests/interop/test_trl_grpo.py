@@ -81,7 +81,8 @@ def test_grpo_trainer_runs_2_steps_on_local_envs(setup, tmp_path):
 def test_grpo_trainer_runs_2_steps_on_serve_env_sessions(setup, tmp_path):
     python, model = setup
     port = free_port()
-    cmd = [str(Path(sys.executable).parent / "agent-envs"), "serve-env", "AgentMath-v0", "--port", str(port)]
+    cmd = [str(Path(sys.executable).parent / "agent-envs"), "serve-env", "AgentMath-v0", "--port", str(port),
+           "--out", str(tmp_path)]  # its openenv.yaml goes with the test, not into the checkout
     with running_server(cmd, port, tmp_path / "serve-env.log") as url:
         run = grpo(python, model, tmp_path, url)
     check(run)
