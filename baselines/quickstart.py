@@ -67,7 +67,7 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     from algorithms.core.run_folder import claim_run_folder
     from algorithms.models.resolve import resolve_model
     from algorithms.sft import SFTConfig, run_sft
-    from baselines.evaluation.evaluate import EvalConfig, evaluate_greedy_and_sampled
+    from baselines.evaluation.evaluate import EvalConfig, evaluate_greedy_and_sampled, run_engine
 
     root = Path(out)
     settings = {"model": model, "sft_steps": sft_steps, "rl_steps": rl_steps, "eval_tasks": eval_tasks,
@@ -106,11 +106,12 @@ def run_quickstart(out: str = "runs/quickstart", sft_steps: int | None = None, r
     def evaluation(name: str, model: Path) -> list[dict]:
         """Greedy and sampled rows of one model (`agent-envs evaluate RUN` runs the same code)."""
         folder = root / "eval" / name.lower()
-        cfg = EvalConfig(env=rl_cfg.env, model=str(model), engine="hf", ks=(1,), limit=eval_tasks, first_task=first,
+        engine_kind, engine = run_engine(rl_cfg, str(model), seed=seed)  # the engine RL rolls out with
+        cfg = EvalConfig(env=rl_cfg.env, model=str(model), engine=engine_kind, ks=(1,), limit=eval_tasks, first_task=first,
                          max_response_tokens=rl_cfg.max_response_tokens, env_kwargs=rl_cfg.env_kwargs,
                          out=str(folder), seed=seed, **sampling)
         rows = []
-        for kind, summary in evaluate_greedy_and_sampled(cfg, SAMPLES).items():
+        for kind, summary in evaluate_greedy_and_sampled(cfg, SAMPLES, engine).items():
             label = f"{name} ({'greedy' if kind == 'greedy' else sampled})"
             metrics = summary["metrics"]  # with the split by whether a task needs the tool
             print(f"{label}: pass@1 {metrics['pass@1']:.3f}  tool use on hard tasks "

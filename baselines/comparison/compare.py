@@ -148,7 +148,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
 
     from algorithms.cli import learner_class
     from algorithms.core.run_log import read_metrics
-    from baselines.evaluation.evaluate import EvalConfig, evaluate_greedy_and_sampled, make_engine
+    from baselines.evaluation.evaluate import EvalConfig, evaluate_greedy_and_sampled, run_engine
 
     run_dir = Path(spec.run_dir)
     if spec.resume and (run_dir / RUN_RESULT).is_file():
@@ -173,10 +173,10 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     n_tasks = len(gym.make(cfg.env, **cfg.env_kwargs).unwrapped.tasks)
     limit = min(spec.eval_tasks, n_tasks)
     model = str(run_dir / "final_model")
-    engine = make_engine("hf", model, seed=spec.seed)
+    kind, engine = run_engine(cfg, model, seed=spec.seed)
     # the code path of the quickstart and of `agent-envs evaluate RUN`
     both = evaluate_greedy_and_sampled(
-        EvalConfig(env=cfg.env, model=model, engine="hf", limit=limit, first_task=n_tasks - limit,
+        EvalConfig(env=cfg.env, model=model, engine=kind, limit=limit, first_task=n_tasks - limit,
                    max_response_tokens=cfg.max_response_tokens, env_kwargs=dict(cfg.env_kwargs), seed=spec.seed,
                    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k),
         spec.eval_samples, engine, folders=(str(run_dir / "eval_greedy"), str(run_dir / "eval_sampled")))

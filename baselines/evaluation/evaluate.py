@@ -197,19 +197,30 @@ def model_folder(model: str) -> str:
 
 
 def make_engine(kind: str, model: Any, *, tokenizer: str | None = None, base_url: str | None = None,
-                seed: int = 0, max_model_len: int = 4096, verbose: bool = False) -> Any:
+                seed: int = 0, max_model_len: int = 4096, verbose: bool = False, **engine_kwargs: Any) -> Any:
     """A rollout engine for evaluation (`algorithms.rollout.engines`, the one factory); vLLM's own
     log lines (its config dump, load times, CPU tuning hints) are hidden unless `verbose`."""
     from algorithms.rollout.engines import make_engine as build
 
     if kind.startswith("openai") and tokenizer is None and kind != "openai-chat":
         tokenizer = str(model)
+    kwargs = {"tokenizer": tokenizer, "base_url": base_url, "seed": seed, "max_model_len": max_model_len,
+              **engine_kwargs}
     if kind != "vllm" or verbose:
-        return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
+        return build(kind, model, **kwargs)
     quiet_vllm()
     with warnings.catch_warnings():  # the deprecation notes its first import sets off
         warnings.simplefilter("ignore")
-        return build(kind, model, tokenizer=tokenizer, base_url=base_url, seed=seed, max_model_len=max_model_len)
+        return build(kind, model, **kwargs)
+
+
+def run_engine(run_cfg: Any, model: str, *, seed: int) -> tuple[str, Any]:
+    """The kind and a loaded engine for evaluating `model` as the run of `run_cfg` rolled out: vLLM
+    with the run's engine settings (on SmolLM2 it decodes faster than HF, docs/benchmarks.md),
+    else HF (a served engine's address is not where this run's model is)."""
+    if run_cfg.engine != "vllm":
+        return "hf", make_engine("hf", model, seed=seed)
+    return "vllm", make_engine("vllm", model, seed=seed, **run_cfg.engine_kwargs)
 
 
 def quiet_vllm() -> None:
@@ -225,9 +236,11 @@ def quiet_vllm() -> None:
 def load_engine(cfg: EvalConfig) -> Any:
     """The engine of a resolved config: its model loaded (a named model built first)."""
     model = cfg.model if cfg.engine.startswith("openai") else model_folder(cfg.model)
+    # a vLLM run's engine settings (max_model_len, enforce_eager) load its model as it trained
+    run_kwargs = run_settings(cfg.model)[0].get("engine_kwargs", {}) if cfg.engine == "vllm" else {}
     print(f"evaluate: loading model {cfg.model}", flush=True)  # also the preflight tests' marker
     return make_engine(cfg.engine, model, tokenizer=cfg.tokenizer, base_url=cfg.base_url, seed=cfg.seed,
-                       verbose=cfg.verbose)
+                       verbose=cfg.verbose, **run_kwargs)
 
 
 def check_eval_inputs(cfg: EvalConfig, engine: Any = None) -> Any:

@@ -95,8 +95,9 @@ def _is_model_folder(path: Path) -> bool:
 
 
 def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """(settings, source of each) that the run behind `model` fixes: env, env_kwargs, sampling,
-    and `eval_episodes`, the count of the env's last tasks it held out of training.
+    """(settings, source of each) that the run behind `model` fixes: env, env_kwargs, sampling, its
+    engine (and a vLLM run's `engine_kwargs`), and `eval_episodes`, the count of the env's last
+    tasks it held out of training.
 
     SFT runs have no sampling setup; their greedy evaluation budget is kept as the response
     budget. Empty when `model` is not a run's model."""
@@ -116,6 +117,8 @@ def run_settings(model: str | None) -> tuple[dict[str, Any], dict[str, str]]:
         settings["max_response_tokens"] = data["eval_max_response_tokens"]  # SFT
     # the engine the run sampled with (a served one's model loads in-process); SFT's evaluation is hf
     settings["engine"] = {"hf": "hf", "vllm": "vllm", "vllm-server": "vllm"}.get(data.get("engine", "hf"), "hf")
+    if data.get("engine") == "vllm" and data.get("engine_kwargs"):
+        settings["engine_kwargs"] = dict(data["engine_kwargs"])
     held_out = data.get("eval_episodes")
     if held_out is not None:
         if not isinstance(held_out, int) or isinstance(held_out, bool) or held_out < 0:

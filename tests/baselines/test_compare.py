@@ -221,3 +221,37 @@ def test_resume_keeps_finished_runs_and_continues_the_others(tmp_path, capsys):
     assert (out / "grpo-1" / "checkpoints" / "step_00000002").is_dir()
     summary = json.loads((out / "results.json").read_text())
     assert sorted(r["seed"] for r in summary["per_run"]) == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_vllm_run_is_evaluated_on_vllm_with_its_engine_settings(tmp_path):
+    """The SmolLM2 presets roll out with vLLM; their evaluation loads the same engine with the
+    run's engine_kwargs, so it decodes as fast as training did."""
+    from algorithms.models.tiny import build_tiny_model
+
+    out = tmp_path / "cmp"
+    args = ["compare", "--algos", "grpo", "--seeds", "0", "--out", str(out), "--eval-tasks", "2",
+            "--eval-samples", "1", "--jobs", "1", f"model={build_tiny_model(warmup_steps=150)}",
+            "prompts_per_step=2", "group_size=2", "max_response_tokens=16", "total_steps=1", "save_every=0",
+            "progress=false", "tensorboard=false", "engine=vllm", "engine_kwargs.enforce_eager=true",
+            "engine_kwargs.max_model_len=1536"]  # fmt: skip
+    assert main(args) == 0
+    for kind in ("greedy", "sampled"):
+        summary = json.loads((out / "grpo-0" / f"eval_{kind}" / "summary.json").read_text())
+        assert summary["config"]["engine"] == "vllm"
+    from types import SimpleNamespace
+
+    from baselines.evaluation.evaluate import EvalConfig, load_engine, run_engine
+
+    run = SimpleNamespace(engine="vllm", engine_kwargs={"enforce_eager": True, "max_model_len": 1536})
+    kind, engine = run_engine(run, str(out / "grpo-0" / "final_model"), seed=0)
+    assert kind == "vllm" and engine.max_model_len == 1536
+    assert engine.llm.llm_engine.vllm_config.model_config.enforce_eager
+    del engine
+    # `agent-envs evaluate RUN` reads them from the run's config.json
+    engine = load_engine(EvalConfig(model=str(out / "grpo-0" / "final_model"), engine="vllm"))
+    assert engine.max_model_len == 1536
+    del engine
+    kind, engine = run_engine(SimpleNamespace(engine="vllm-server", engine_kwargs={"base_url": "http://x"}),
+                              str(out / "grpo-0" / "final_model"), seed=0)
+    assert kind == "hf"  # a served engine's address is not where the run's model is
