@@ -63,6 +63,7 @@ from algorithms.rollout.runner import (
 from algorithms.rollout.trajectory import Trajectory
 from algorithms.rollout.tree_config import TreeConfig
 
+BRANCH_TOKENS = 8  # `rollout/branch_entropy` averages a fork's 1st-8th tokens, as `analyze --premise` does
 
 @dataclass
 class _Node:
@@ -81,6 +82,7 @@ class _Node:
     pos_h: list[list[float]] = field(default_factory=list)
     pending: _Partial | None = None
     score: float | None = None  # the wave rule's score of this fork's anchor
+    measured: bool = False  # a fork's entropy at its branch point is in PromptStats.branch_h
 
 
 @dataclass
@@ -109,6 +111,9 @@ class PromptStats:
     tool_calls: int = 0  # tool calls actually executed (forks do not repeat their prefix's calls)
     engine_calls: int = 0
     delta_h: list[float] = field(default_factory=list)
+    # per fork: mean token entropy of its first BRANCH_TOKENS tokens, the branch point's own
+    # distribution first (what each rule chose to resample; docs/algorithms.md §6.10)
+    branch_h: list[float] = field(default_factory=list)
     h_root: float | None = None
     h_tool: float | None = None
 
@@ -135,6 +140,7 @@ def tree_metrics(prompts: Sequence[PromptStats], depths: Sequence[int]) -> dict[
     or gathered from every rank)."""
     k = max(1, len(prompts))
     dh = [d for p in prompts for d in p.delta_h]
+    bh = [h for p in prompts for h in p.branch_h]
     decisions = sum(p.decisions for p in prompts)
     trajs = max(1, len(depths))
     out = {
@@ -142,6 +148,7 @@ def tree_metrics(prompts: Sequence[PromptStats], depths: Sequence[int]) -> dict[
         "rollout/topups_per_prompt": sum(p.topups for p in prompts) / k,
         "rollout/branch_rate": sum(p.forks for p in prompts) / decisions if decisions else 0.0,
         "rollout/delta_h_mean": sum(dh) / len(dh) if dh else 0.0,
+        "rollout/branch_entropy": sum(bh) / len(bh) if bh else 0.0,
         "rollout/trajectories_per_prompt": len(depths) / k,
         "rollout/generated_tokens_per_traj": sum(p.generated_tokens for p in prompts) / trajs,
         "rollout/generated_tokens_per_prompt": sum(p.generated_tokens for p in prompts) / k,
@@ -271,6 +278,10 @@ class TreeRollout:
             for nd, seg in zip(active, segs, strict=True):
                 stats[nd.prompt].generated_tokens += len(seg.token_ids)
                 stats[nd.prompt].engine_calls += 1
+                if nd.kind == "fork" and not nd.measured:  # its first segment starts at the branch point
+                    exact = seg.entropy if seg.entropy is not None else self._position_entropies(seg)
+                    nd.measured, hs = True, list(exact)[:BRANCH_TOKENS]
+                    stats[nd.prompt].branch_h += [sum(hs) / len(hs)] if hs else []
             grew = [False] * len(roots)
             # branch decisions, per prompt in ascending branch id (they are created in that order)
             for nd, seg in zip(active, segs, strict=True):

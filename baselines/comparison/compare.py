@@ -198,6 +198,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         # all response tokens over all samples / samples solved (None when nothing was solved)
         "tokens_per_solved": s["response_tokens"] / s["pass@1"] if s.get("pass@1") else None,
         "rollout_tool_calls": rollout_tool_calls(metrics),
+        "branch_entropy": branch_entropy(metrics),
         "train_s": train_s, "eval_s": eval_s, "threads": spec.threads,
         "curve": [{"step": m["step"], **{k: m[k] for k in CURVE_KEYS if k in m}} for m in metrics if "step" in m],
     }
@@ -210,6 +211,13 @@ def generated_trajectories(metrics: list[dict[str, Any]], group_size: int) -> fl
     of groups and trains on the ones with reward variance, so it samples more than it trains on."""
     return sum(float(m["generated_groups"]) * group_size if "generated_groups" in m
                else float(m.get("num_trajectories", 0)) for m in metrics)
+
+
+def branch_entropy(metrics: list[dict[str, Any]]) -> float | None:
+    """Mean token entropy at the points where a tree rollout forked (`rollout/branch_entropy`), over
+    the steps that forked; None for runs without forks."""
+    per_step = [float(m["rollout/branch_entropy"]) for m in metrics if m.get("rollout/forks_per_prompt", 0) > 0]
+    return sum(per_step) / len(per_step) if per_step else None
 
 
 def rollout_tool_calls(metrics: list[dict[str, Any]]) -> float | None:

@@ -149,6 +149,17 @@ def test_every_rule_gives_exactly_m_paths_at_the_token_budget(hf_engine, tokeniz
         assert forks, f"{rule} made no fork: its forks were not exercised"
     if rule == "entropy_value":  # inside a turn: the branch point is a generated token, not a result
         assert any(tr.loss_mask[tr.branch_offset - 1] == 1 for tr in forks)
+    # rollout/branch_entropy: each fork's exact token entropy over its first generated run of at most
+    # 8 tokens from its branch point, averaged over forks
+    want = []
+    for tr in forks:
+        run_end = tr.branch_offset
+        while run_end < min(len(tr.response_ids), tr.branch_offset + 8) and tr.loss_mask[run_end] == 1:
+            run_end += 1
+        hs = tr.entropy[tr.branch_offset : run_end]
+        want += [sum(hs) / len(hs)] if hs else []
+    assert want or rule not in ("turn", "entropy_value")
+    assert res.metrics()["rollout/branch_entropy"] == pytest.approx(sum(want) / len(want) if want else 0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("rule", ["turn", "entropy_value", "mixed_outcome"])

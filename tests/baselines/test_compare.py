@@ -153,6 +153,9 @@ def test_compare_two_algorithms_two_seeds(tmp_path, capsys):
         metrics = [json.loads(line) for line in (out / f"{algo}-{seed}" / "metrics.jsonl").read_text().splitlines()]
         executed = [m.get("rollout/tool_calls_per_traj", m["tool_calls_mean"]) for m in metrics if "step" in m]
         assert r["rollout_tool_calls"] == pytest.approx(sum(executed) / len(executed))
+        forked = [m["rollout/branch_entropy"] for m in metrics if m.get("rollout/forks_per_prompt", 0) > 0]
+        assert r["branch_entropy"] == (pytest.approx(sum(forked) / len(forked)) if forked else None)
+        assert algo == "arpo" or r["branch_entropy"] is None
         # evaluated at the preset's own training sampling setup, not at a fixed T = 1
         assert r["sampling"] == {"temperature": 0.7, "top_p": 1.0, "top_k": -1}
         summary = json.loads((out / f"{algo}-{seed}" / "eval_sampled" / "summary.json").read_text())
