@@ -32,8 +32,9 @@ from algorithms.core.credit import lineage_index, owner_spans
 from algorithms.core.group_sampling import run_coroutine
 from algorithms.core.learner import Learner
 from algorithms.core.learner_config import LearnerConfig
-from algorithms.rollout.tree import TreeRollout, tree_metrics
+from algorithms.rollout.tree import TreeRollout
 from algorithms.rollout.tree_config import TreeConfig
+from algorithms.rollout.tree_stats import tree_metrics
 
 
 @dataclass
