@@ -121,7 +121,9 @@ def apply_threads(setting: int | str | None) -> int | None:
     if n is not None:
         import torch
 
-        torch.set_num_threads(n)
+        # the builtin, not torch.set_num_threads: a vLLM CPU engine started in this process
+        # replaces that with a no-op, which would leave the update on the engine's count
+        torch._C.set_num_threads(n)
     return n
 
 

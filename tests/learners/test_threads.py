@@ -86,13 +86,16 @@ def test_busy_cores_sees_a_spinning_process():
     assert busy is not None and 0.5 <= busy <= (os.cpu_count() or 1) + 0.01
 
 
-def test_apply_sets_torch_threads():
+def test_apply_sets_torch_threads(monkeypatch):
     before = torch.get_num_threads()
+    # what a vLLM CPU engine does to torch.set_num_threads once it starts in this process
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     try:
         assert apply_threads(1) == 1 and torch.get_num_threads() == 1
         assert apply_threads(None) is None and torch.get_num_threads() == 1
+        assert apply_threads(2) == 2 and torch.get_num_threads() == 2
     finally:
-        torch.set_num_threads(before)
+        torch._C.set_num_threads(before)
 
 
 @pytest.mark.parametrize("cls", [LearnerConfig, SFTConfig])
