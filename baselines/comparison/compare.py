@@ -3,6 +3,7 @@
     agent-envs compare --algos grpo,dapo,arpo,aepo --seeds 0,1,2 --out runs/compare \\
         model=runs/quickstart/sft/final_model total_steps=100
     agent-envs compare --report-only runs/compare        # rebuild table and plots, no training
+    agent-envs compare --report-only runs/a,runs/b --out runs/ab --baselines grpo,arpo  # one report of both
     agent-envs compare ... --resume      # after a stop: finished runs are kept, the others resume
     agent-envs compare ... --overwrite   # remove the comparison in --out, then start afresh
 
@@ -29,7 +30,10 @@ only the last steps.
 
 Written to `--out`: `compare.json` (what was asked), `<algo>-<seed>/result.json` (the raw numbers
 of one run, curves included), and from those `results.md`, `results.json` and `results.png`
-(see `report.py`); `--report-only` rebuilds the last three from an existing directory.
+(see `report.py`); `--report-only` rebuilds the last three from an existing directory, or writes
+them to `--out` for the runs of several directories scored on the same tasks (a rule trained later,
+a setting varied by an override), each run named by its algorithm and, where folders share an
+algorithm, by its folder's own overrides.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -271,7 +276,7 @@ def _run_in_worker(spec: RunSpec) -> dict[str, Any]:
 
 def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overrides: list[str],
                 eval_tasks: int = 64, eval_samples: int = 4, jobs: int | None = None,
-                resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+                resume: bool = False, overwrite: bool = False, baselines: Sequence[str] = ()) -> dict[str, Any]:
     """Train and evaluate every (algorithm, seed), `jobs` at a time, then write the report. `out`
     must not hold another comparison unless `resume` continues it (with the same preset, held-out
     tasks and, run by run, the same learner config) or `overwrite` removes it first."""
@@ -338,7 +343,7 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     if failed:
         raise RuntimeError("compare: runs failed:\n  " + "\n  ".join(failed))
     print(f"compare: all runs done in {time.perf_counter() - t0:.0f} s", flush=True)
-    summary = write_report(root)
+    summary = write_report(root, baselines=baselines)
     print("\n" + (root / "results.md").read_text())
     return summary
 
@@ -349,7 +354,9 @@ class CompareConfig:
     """What `agent-envs compare` runs; the learner settings of every run are key=value overrides."""
 
     algos: tuple[str, ...] = option(("grpo", "dapo", "arpo", "aepo"), "algorithms; the first is the baseline "
-                                    "of the paired tests")
+                                    "of the paired tests unless --baselines names others")
+    baselines: tuple[str, ...] = option((), "what the paired tests compare every other run against: algorithms, "
+                                        "or the run names of a merged report (default: the first algorithm)")
     seeds: tuple[int, ...] = option((0, 1, 2), "seeds: each algorithm trains once per seed")
     config: str = option("{algo}_tiny.yaml", "preset of each run, {algo} filled in: a file, or a shipped "
                          "preset's name (configs/)")
@@ -358,7 +365,9 @@ class CompareConfig:
                              "(its eval_episodes)")
     eval_samples: int = option(4, "samples per task at the run's training sampling setup")
     jobs: int | None = option(None, f"runs at once (null: one per core, {available_cores()} here)")
-    report_only: str | None = option(None, "rebuild the table and plots of this existing --out folder; train nothing")
+    report_only: tuple[str, ...] = option((), "rebuild the table and plots of this existing --out folder; train "
+                                          "nothing. Several folders (A,B,...) scored on the same tasks: one report "
+                                          "of all their runs, paired by seed, written to --out")
     resume: bool = option(False, "continue the comparison in --out (same preset, tasks and learner settings): "
                           "its finished runs are kept, the others resume from their newest checkpoint (save_every)")
     overwrite: bool = option(False, "remove the comparison in --out first (without it, or --resume, a folder "
@@ -373,6 +382,10 @@ class CompareConfig:
             if algo not in ALGORITHMS:
                 raise UserError(f"config field 'algos': unknown algorithm {algo!r}{suggest(algo, list(ALGORITHMS))}; "
                                 f"choose from {sorted(ALGORITHMS)}")
+        if not self.report_only:  # a merged report's run names are checked against its runs
+            for base in self.baselines:
+                if base not in self.algos:
+                    raise UserError(f"config field 'baselines': {base!r} is not among --algos {list(self.algos)}")
         require(self.eval_tasks >= 1 and self.eval_samples >= 1, "eval_tasks", "and eval_samples must be >= 1",
                 (self.eval_tasks, self.eval_samples))
 
@@ -403,15 +416,23 @@ def _run(args: argparse.Namespace) -> int:
         args.resume = "true"
     cfg = build_config(CompareConfig, None, given=flag_values(args, _FLAGS, CompareConfig))
     if cfg.report_only:
-        folder = Path(cfg.report_only)
-        if not any(folder.glob(f"*/{RUN_RESULT}")):
-            raise UserError(f"--report-only {folder}: no run results ({RUN_RESULT} of <algo>-<seed>/) in it; "
-                            "run `agent-envs compare --out DIR` first")
-        write_report(folder)
-        print((folder / "results.md").read_text())
+        folders = [Path(f) for f in cfg.report_only]
+        for folder in folders:
+            if not any(folder.glob(f"*/{RUN_RESULT}")):
+                raise UserError(f"--report-only {folder}: no run results ({RUN_RESULT} of <algo>-<seed>/) in it; "
+                                "run `agent-envs compare --out DIR` first")
+        if len(folders) == 1:
+            out = folders[0]
+            write_report(out, baselines=cfg.baselines)
+        else:
+            out = Path(cfg.out)
+            if (out / MANIFEST).exists() or out.resolve() in {f.resolve() for f in folders}:
+                raise UserError(f"--out {out} is a comparison's own folder; name a new folder for the merged report")
+            write_report(out, merge=folders, baselines=cfg.baselines)
+        print((out / "results.md").read_text())
         return 0
     run_compare(list(cfg.algos), list(cfg.seeds), cfg.out, cfg.config, args.overrides, cfg.eval_tasks,
-                cfg.eval_samples, cfg.jobs, cfg.resume, cfg.overwrite)
+                cfg.eval_samples, cfg.jobs, cfg.resume, cfg.overwrite, cfg.baselines)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 `write_report(dir)` turns a `compare` output folder (its `compare.json` and every run's
 `result.json`) into `results.md`, `results.json`, `pass_at_1.png` and `reward_curves.png`, so the
-report can be rebuilt without retraining (`agent-envs compare --report-only DIR`).
+report can be rebuilt without retraining (`agent-envs compare --report-only DIR`), or merges
+several such folders into one report (`--report-only A,B --out DIR`).
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ RUN_METRICS: tuple[tuple[str, str, Callable[[Mapping], float | None]], ...] = (
     # where the tasks say whether they need a tool (`needs_tool`): the share of sampled episodes with a call
     ("easy_tool_rate", "tool use, tasks needing none", lambda r: r["sampled"].get("easy_tool_rate")),
     ("hard_tool_rate", "tool use, tasks needing one", lambda r: r["sampled"].get("hard_tool_rate")),
+    # tree rollouts: a fork's mean token entropy over its first tokens from the branch point
+    ("branch_entropy", "entropy where it forked", lambda r: r.get("branch_entropy")),
 )
 # the metrics tested against the first algorithm, paired by seed
-PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls", "rollout_tool_calls", "easy_tool_rate", "hard_tool_rate")
-# columns left out of the tables when no run has them (tasks without `needs_tool`)
-OPTIONAL = ("easy_tool_rate", "hard_tool_rate")
+PAIRED = ("sampled_pass@1", "greedy_pass@1", "tool_calls", "rollout_tool_calls", "easy_tool_rate", "hard_tool_rate",
+          "branch_entropy")
+# columns left out of the tables when no run has them (tasks without `needs_tool`, runs that never forked)
+OPTIONAL = ("easy_tool_rate", "hard_tool_rate", "branch_entropy")
 
 
 def markdown_table(rows: Sequence[Mapping], label: str = "run",
@@ -73,9 +77,15 @@ def format_p(p: float) -> str:
 
 
 
-def summarize_runs(manifest: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per run and per algorithm numbers, and the paired tests against the first algorithm."""
+def summarize_runs(manifest: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
+                   baselines: Sequence[str] = ()) -> dict[str, Any]:
+    """Per run and per algorithm numbers, and the paired tests of every algorithm against each of
+    `baselines` (default: the first algorithm)."""
     algos = list(manifest["algos"])
+    baselines = list(baselines) or algos[:1]
+    for base in baselines:
+        if base not in algos:
+            raise ValueError(f"config field 'baselines': {base!r} is not among the compared runs {algos}")
     per_run = []
     for r in runs:
         row = {"algo": r["algo"], "seed": r["seed"], **{key: get(r) for key, _, get in RUN_METRICS}}
@@ -94,18 +104,19 @@ def summarize_runs(manifest: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
         entry["budget"] = _same([r["budget"] for r in mine], ("trajectories_per_step", "steps", "trajectories"))
         entry["sampling"] = _same([r["sampling"] for r in mine], ("temperature", "top_p", "top_k"))
         per_algo.append(entry)
-    base = algos[0]
     paired = []
     by_seed = {(p["algo"], p["seed"]): p for p in per_run}
-    for algo in algos[1:]:
-        seeds = [s for s in manifest["seeds"] if (base, s) in by_seed and (algo, s) in by_seed]
-        for key in PAIRED:
-            pairs = [(by_seed[(base, s)][key], by_seed[(algo, s)][key]) for s in seeds]
-            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-            if pairs:
-                t = paired_t_test([a for a, _ in pairs], [b for _, b in pairs])
-                paired.append({"algo": algo, "baseline": base, "metric": key, "n": t.n, "mean_diff": t.mean_diff,
-                               "ci95": [t.ci_low, t.ci_high], "t": t.t, "p_value": t.p_value})
+    for base in baselines:
+        for algo in (a for a in algos if a != base):
+            seeds = [s for s in manifest["seeds"] if (base, s) in by_seed and (algo, s) in by_seed]
+            for key in PAIRED:
+                pairs = [(by_seed[(base, s)][key], by_seed[(algo, s)][key]) for s in seeds]
+                pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+                if pairs:
+                    t = paired_t_test([a for a, _ in pairs], [b for _, b in pairs])
+                    paired.append({"algo": algo, "baseline": base, "metric": key, "n": t.n,
+                                   "mean_diff": t.mean_diff, "ci95": [t.ci_low, t.ci_high], "t": t.t,
+                                   "p_value": t.p_value})
     return {"manifest": dict(manifest), "per_algo": per_algo, "paired": paired, "per_run": per_run}
 
 
@@ -122,9 +133,14 @@ def markdown_report(summary: Mapping[str, Any]) -> str:
     man = summary["manifest"]
     titles = {key: title for key, title, _ in RUN_METRICS
               if key not in OPTIONAL or any(r.get(key) is not None for r in summary["per_run"])}
-    lines = [
-        "# Comparison", "",
-        f"Preset: `{man['config']}`; overrides: `{' '.join(man['overrides']) or '(none)'}`.",
+    lines = ["# Comparison", "", f"Preset: `{man['config']}`; overrides: `{' '.join(man['overrides']) or '(none)'}`."]
+    if man.get("sources"):  # a report merged from several compare folders
+        lines += ["", "Runs from:"]
+        lines += [f"- `{src['folder']}` (preset `{src['config']}`; its own overrides "
+                  f"`{' '.join(src['overrides']) or '(none)'}`): " + ", ".join(src["labels"].values())
+                  for src in man["sources"]]
+        lines.append("")
+    lines += [
         f"Evaluation: the env's last {man['eval_tasks']} tasks, greedily and with {man['eval_samples']} "
         "samples per task at each run's own training sampling setup (temperature, top_p, top_k).",
         "Cells: mean over seeds [95% Student-t confidence interval]. Sample budget: trajectories trained "
@@ -141,11 +157,10 @@ def markdown_report(summary: Mapping[str, Any]) -> str:
         lines.append(f"| {a['algo']} | {len(a['seeds'])} | {b['trajectories_per_step']} x {b['steps']} = "
                      f"{b['trajectories']} | {s['temperature']} / {s['top_p']} / {s['top_k']} | "
                      + " | ".join(cells) + " |")
-    if summary["paired"]:
-        base = summary["paired"][0]["baseline"]
+    for base in dict.fromkeys(p["baseline"] for p in summary["paired"]):
         lines += ["", f"## Against {base} (paired by seed: two-sided paired t-test of algorithm − {base})", "",
                   "| algorithm | metric | pairs | mean difference [95% CI] | t | p |", "|---|---|---|---|---|---|"]
-        for p in summary["paired"]:
+        for p in (p for p in summary["paired"] if p["baseline"] == base):
             lines.append(f"| {p['algo']} | {titles[p['metric']]} | {p['n']} | "
                          f"{format_ci(p['mean_diff'], *p['ci95'])} | {format_value(p['t'], 2)} | "
                          f"{format_p(p['p_value'])} |")
@@ -179,11 +194,55 @@ def load_runs(root: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, A
     return manifest, runs
 
 
-def write_report(root: str | os.PathLike) -> dict[str, Any]:
-    """results.md / results.json / pass_at_1.png / reward_curves.png from a compare folder."""
+def merge_comparisons(folders: Sequence[str | os.PathLike]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One manifest and run list from several compare folders scored on the same tasks, so runs
+    trained apart (a rule added later, a setting varied by override) are tabled and paired by seed
+    together. A run keeps its algorithm's name where only one folder has that algorithm, else it is
+    named by its folder's own overrides (those not shared by every folder): `arpo tree.branch_rule=turn`."""
+    loaded = [(Path(f), *load_runs(f)) for f in folders]
+    first, man0, runs0 = loaded[0]
+    for folder, man, runs in loaded[1:]:
+        for key in ("eval_tasks", "eval_samples"):
+            if man[key] != man0[key]:
+                raise ValueError(f"compare: {folder} was evaluated with {key}={man[key]}, {first} with {man0[key]}; "
+                                 "only comparisons scored the same way can be merged")
+        starts = {r["eval"]["first_task"] for r in runs + runs0 if "eval" in r}
+        if len(starts) > 1:
+            raise ValueError(f"compare: {folder} and {first} hold out different tasks (first held-out tasks "
+                             f"{sorted(starts)}): merge comparisons of the same env")
+    common = [o for o in man0["overrides"] if all(o in man["overrides"] for _, man, _ in loaded)]
+    owners: dict[str, int] = {}
+    for _, man, _ in loaded:
+        for algo in man["algos"]:
+            owners[algo] = owners.get(algo, 0) + 1
+    algos, seeds, runs, sources = [], [], [], []
+    for folder, man, folder_runs in loaded:
+        own = [o for o in man["overrides"] if o not in common]
+        labels = {}
+        for algo in man["algos"]:
+            label = " ".join([algo, *own]) if owners[algo] > 1 else algo
+            if label in algos:  # folders that differ by preset alone
+                label = f"{label} ({folder.name})"
+            labels[algo] = label
+            algos.append(label)
+        seeds += [s for s in man["seeds"] if s not in seeds]
+        runs += [{**r, "algo": labels[r["algo"]]} for r in folder_runs]
+        sources.append({"folder": str(folder), "config": man["config"], "overrides": own, "labels": labels})
+    configs = {man["config"] for _, man, _ in loaded}
+    manifest = {"algos": algos, "seeds": seeds, "config": configs.pop() if len(configs) == 1 else "per folder",
+                "overrides": common, "eval_tasks": man0["eval_tasks"], "eval_samples": man0["eval_samples"],
+                "sources": sources}
+    return manifest, runs
+
+
+def write_report(root: str | os.PathLike, merge: Sequence[str | os.PathLike] = (),
+                 baselines: Sequence[str] = ()) -> dict[str, Any]:
+    """results.md / results.json / pass_at_1.png / reward_curves.png from a compare folder, or into
+    `root` from the compare folders `merge`; paired tests against each of `baselines`."""
     root = Path(root)
-    manifest, runs = load_runs(root)
-    summary = summarize_runs(manifest, runs)
+    manifest, runs = merge_comparisons(merge) if merge else load_runs(root)
+    summary = summarize_runs(manifest, runs, baselines)
+    root.mkdir(parents=True, exist_ok=True)
     (root / "results.md").write_text(markdown_report(summary))
     (root / "results.json").write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
     ci_bar_plot(summary["per_algo"], ("sampled_pass@1", "greedy_pass@1"),
@@ -232,7 +291,9 @@ def ci_bar_plot(per_algo: Sequence[Mapping], keys: Sequence[str], names: Sequenc
                  for a, m in zip(per_algo, means, strict=True)]]  # fmt: skip
         bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=name)
         ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
-    ax.set_xticks(range(len(per_algo)), [f"{a['algo']}\n(n={len(a['seeds'])})" for a in per_algo])
+    # merged comparisons name runs by their overrides: one per line keeps the labels narrow
+    ax.set_xticks(range(len(per_algo)), [a["algo"].replace(" ", "\n") + f"\n(n={len(a['seeds'])})" for a in per_algo],
+                  fontsize=8 if any(" " in a["algo"] for a in per_algo) else None)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("pass@1")
     ax.set_title(title)

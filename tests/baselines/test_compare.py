@@ -170,8 +170,12 @@ def test_compare_two_algorithms_two_seeds(tmp_path, capsys):
         assert row["sampled_pass@1"] == r["sampled"]["pass@1"] and row["greedy_pass@1"] == r["greedy"]["pass@1"]
         assert row["generated"] == r["budget"]["generated_trajectories"]
         assert row["rollout_tool_calls"] == r["rollout_tool_calls"]
-        cells = [format_value(row[k]) for k in ("sampled_pass@1", "greedy_pass@1", "generated", "tool_calls",
-                                                 "rollout_tool_calls", "tokens_per_solved", "train_s")]
+        columns = ["sampled_pass@1", "greedy_pass@1", "generated", "tool_calls", "rollout_tool_calls",
+                   "tokens_per_solved", "train_s"]
+        if any(r["branch_entropy"] is not None for r in runs.values()):  # a column only when a run forked
+            columns.append("branch_entropy")
+        assert row["branch_entropy"] == runs[(row["algo"], row["seed"])]["branch_entropy"]
+        cells = [format_value(row[k]) for k in columns]
         assert f"| {row['algo']} | {row['seed']} | 32 | " + " | ".join(cells) + " |" in text
     for entry in summary["per_algo"]:
         vals = [runs[(entry["algo"], s)]["train_s"] for s in (0, 1)]
@@ -180,7 +184,8 @@ def test_compare_two_algorithms_two_seeds(tmp_path, capsys):
         assert f"{format_value(m)} [{format_value(lo)}, {format_value(hi)}]" in text
         assert entry["budget"]["trajectories"] == 32  # equal sample budget, stated in the table
         assert f"| {entry['algo']} | 2 | 16 x 2 = 32 | 0.7 / 1.0 / -1 |" in text
-    assert {(p["algo"], p["metric"]) for p in summary["paired"]} == {("arpo", m) for m in PAIRED}
+    # grpo never forks: no branch-point entropy to pair
+    assert {(p["algo"], p["metric"]) for p in summary["paired"]} == {("arpo", m) for m in PAIRED if m != "branch_entropy"}
     test = next(p for p in summary["paired"] if p["metric"] == "tool_calls")
     want = paired_t_test([runs[("grpo", s)]["sampled"]["tool_calls"] for s in (0, 1)],
                          [runs[("arpo", s)]["sampled"]["tool_calls"] for s in (0, 1)])
