@@ -15,7 +15,8 @@ its final model is evaluated on the env's last `--eval-tasks` tasks twice: greed
 top_k), i.e. the policy that was trained.
 
 Runs go to `--jobs` worker processes at once (default: one per core, at most one per run); each
-worker gets cores / jobs torch threads so that parallel runs do not oversubscribe the CPU, and
+worker gets cores / jobs torch threads (or a `threads=N` override's N) so that parallel runs do
+not oversubscribe the CPU, and
 writes its output to `<out>/<algo>-<seed>/log.txt`.
 
 `--out` must not hold another comparison (algorithms/core/run_folder.py): `--overwrite` removes
@@ -96,11 +97,18 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None) -> tuple[int, int]:
+def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None,
+                     overrides: Sequence[str] = ()) -> tuple[int, int]:
     """(worker processes, torch threads per worker): by default one worker per core (at most one
-    per run), and the cores shared out so that workers x threads <= cores."""
+    per run), and the cores shared out so that workers x threads <= cores. A `threads=N` override
+    wins (two comparisons side by side, one thread each); `threads=auto` is the share."""
     cores = cores or available_cores()
     jobs = max(1, min(runs, jobs if jobs else cores))
+    given = [v.strip() for k, _, v in (o.partition("=") for o in overrides) if k.strip() == "threads"]
+    if given and given[-1] != "auto":
+        if not given[-1].isdigit() or int(given[-1]) < 1:
+            raise UserError(f"compare: override 'threads={given[-1]}': use an integer >= 1 or auto")
+        return jobs, int(given[-1])
     return jobs, max(1, cores // jobs)
 
 
@@ -293,7 +301,7 @@ def run_compare(algos: list[str], seeds: list[int], out: str, config: str, overr
     # seed-major: with fewer jobs than runs, every algorithm's first seed ends first, so a comparison
     # stopped (or still running) after some runs already has paired runs to compare
     order = [(a, s) for s in seeds for a in algos]
-    jobs, threads = plan_parallelism(len(order), jobs)
+    jobs, threads = plan_parallelism(len(order), jobs, overrides=overrides)
     specs = [RunSpec(a, s, config, list(overrides), str(root / f"{a}-{s}"), eval_tasks, eval_samples, threads,
                      log_to_file=jobs > 1, resume=resume) for a, s in order]  # fmt: skip
     # a bad key, preset or data file of the last run must not surface after the first runs trained

@@ -17,6 +17,7 @@ from statistics import mean
 
 import pytest
 
+from agent_envs.base.config import UserError
 from agent_envs.cli import main
 from baselines.comparison.compare import plan_parallelism
 from baselines.comparison.report import PAIRED, format_ci, format_value
@@ -85,6 +86,11 @@ def test_parallelism_shares_the_cores():
     assert plan_parallelism(runs=1, jobs=None, cores=16) == (1, 16)  # one run gets every core
     assert plan_parallelism(runs=12, jobs=4, cores=16) == (4, 4)
     assert plan_parallelism(runs=3, jobs=8, cores=2) == (3, 1)  # asked for more jobs than cores
+    # the user's count wins: two comparisons side by side on 2 cores, one thread each
+    assert plan_parallelism(runs=3, jobs=1, cores=2, overrides=["lr=1e-4", "threads=1"]) == (1, 1)
+    assert plan_parallelism(runs=3, jobs=1, cores=2, overrides=["threads=auto"]) == (1, 2)
+    with pytest.raises(UserError, match="threads=0"):
+        plan_parallelism(runs=3, jobs=1, cores=2, overrides=["threads=0"])
 
 
 DRIVER = textwrap.dedent("""
