@@ -65,6 +65,7 @@ from agent_envs.base.config import (
     suggest,
 )
 from algorithms.base.presets import find_preset
+from algorithms.core.threads import available_cores
 from baselines.comparison.report import MANIFEST, RUN_RESULT, write_report
 
 # the per-step metrics kept in result.json for the curves
@@ -88,13 +89,6 @@ class RunSpec:
     threads: int = 1
     log_to_file: bool = False
     resume: bool = False
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def plan_parallelism(runs: int, jobs: int | None, cores: int | None = None,
