@@ -44,6 +44,7 @@ class HFEngine:
         seed: seed of the engine's generator for requests without their own seed.
         prefix_cache_tokens: at most this many tokens of kept KV caches (oldest dropped first);
             0 turns the reuse off (every request is prefilled in full).
+        threads: torch threads to decode with; defaults to the constructing thread's count.
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class HFEngine:
         max_batch_size: int = 64,
         seed: int = 0,
         prefix_cache_tokens: int = 65536,
+        threads: int | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -85,6 +87,11 @@ class HFEngine:
         self._lock = threading.Lock()
         self.generated_tokens = 0
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        # torch keeps an OpenMP thread count per thread: a worker thread of the env loop's
+        # long-lived executor that ran torch work under an earlier count keeps that count, so
+        # `agenerate` would decode on it (other float rounding, or more threads than the run
+        # asked for). generate() sets this one in whichever thread runs it.
+        self.threads = int(threads or torch.get_num_threads())
 
     # -- public API -------------------------------------------------------------------------
 
@@ -102,6 +109,8 @@ class HFEngine:
         out: list[Segment | None] = [None] * len(reqs)
         order = sorted(range(len(reqs)), key=lambda i: len(reqs[i][0]))
         with self._lock:
+            if torch.get_num_threads() != self.threads:
+                torch._C.set_num_threads(self.threads)  # the builtin: see VLLMEngine on vLLM's no-op
             # a shared learner model may be in train mode: decode in eval mode, then restore
             was_training = self.model.training
             self.model.eval()

@@ -101,10 +101,10 @@ def test_arpo_with_python_sessions_and_tree_packing_resumes_exactly(tmp_path):
     [last] = resumed.train(resume=True)
     timings = {k for k in last if "time" in k}  # wall clock: a resume may change it
     # Log-probs (is_ratio, rollout_mismatch_kl, health/logprob_diff_*) once differed from the
-    # uninterrupted run's in float32's last bit on another machine: a fresh process may run other
-    # float kernels there. Any real divergence (another token, reward or step) moves a metric by
-    # far more than 1e-6: a mean over a step's 8 trajectories moves in steps of 1/8. The weights
-    # must still match exactly (below).
+    # uninterrupted run's in float32's last bit in CI: the HF engine decoded on an env-loop thread
+    # that kept an earlier test's thread count (fixed; tests/rollout/test_hf_threads.py). They are
+    # compared to 1e-6, as in test_resume.py: any real divergence (another token, reward or step)
+    # moves a mean over the step's 8 trajectories by 1/8. The weights must match exactly (below).
     assert {k: v for k, v in last.items() if k not in timings} == pytest.approx(
         {k: v for k, v in metrics[-1].items() if k not in timings}, rel=1e-6, abs=1e-6)
     a, b = full.model.state_dict(), resumed.model.state_dict()
