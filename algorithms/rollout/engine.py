@@ -133,6 +133,20 @@ def per_request(
     return params
 
 
+def hold_threads(count: int) -> None:
+    """Run the calling thread's torch work on `count` threads.
+
+    torch keeps its OpenMP thread count per thread, and the in-process engines decode on the env
+    loop's executor threads, which outlive a run: one that ran torch work under an earlier count
+    keeps it (other float rounding, or more threads than the run asked for). The builtin setter,
+    because a started vLLM CPU engine turns `torch.set_num_threads` into a no-op.
+    """
+    import torch
+
+    if torch.get_num_threads() != count:
+        torch._C.set_num_threads(count)
+
+
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
     """The text up to and including the earliest stop string, and that stop string."""
     best, which = len(text) + 1, None
@@ -154,6 +168,7 @@ __all__ = [
     "SamplingParams",
     "Segment",
     "cut_at_stop",
+    "hold_threads",
     "per_request",
     "topk_entropy",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from algorithms.rollout.engine import SamplingParams, Segment, cut_at_stop, per_request
+from algorithms.rollout.engine import SamplingParams, Segment, cut_at_stop, hold_threads, per_request
 
 
 class HFEngine:
@@ -87,10 +87,7 @@ class HFEngine:
         self._lock = threading.Lock()
         self.generated_tokens = 0
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
-        # torch keeps an OpenMP thread count per thread: a worker thread of the env loop's
-        # long-lived executor that ran torch work under an earlier count keeps that count, so
-        # `agenerate` would decode on it (other float rounding, or more threads than the run
-        # asked for). generate() sets this one in whichever thread runs it.
+        # set again in whichever thread runs generate(): see `hold_threads`
         self.threads = int(threads or torch.get_num_threads())
 
     # -- public API -------------------------------------------------------------------------
@@ -109,8 +106,7 @@ class HFEngine:
         out: list[Segment | None] = [None] * len(reqs)
         order = sorted(range(len(reqs)), key=lambda i: len(reqs[i][0]))
         with self._lock:
-            if torch.get_num_threads() != self.threads:
-                torch._C.set_num_threads(self.threads)  # the builtin: see VLLMEngine on vLLM's no-op
+            hold_threads(self.threads)
             # a shared learner model may be in train mode: decode in eval mode, then restore
             was_training = self.model.training
             self.model.eval()

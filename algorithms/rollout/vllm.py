@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from algorithms.rollout.engine import SamplingParams, Segment, cut_at_stop, per_request
+from algorithms.rollout.engine import SamplingParams, Segment, cut_at_stop, hold_threads, per_request
 
 
 @contextlib.contextmanager
@@ -106,11 +106,10 @@ class VLLMEngine:
             # calling thread, which sizes its scheduler metadata, equals torch's, which it runs
             # with. A thread torch never set up (asyncio.to_thread's) starts at OMP_NUM_THREADS, so
             # any other torch count broke it; nor does vLLM bind threads in-process, and it turns
-            # torch.set_num_threads into a no-op once started. So the builtin is kept and applied in
+            # torch.set_num_threads into a no-op once started. So `hold_threads` applies the count in
             # every thread that runs the engine: the constructor's (warm-up) and generate's.
             self.threads = int(threads or torch.get_num_threads())
-            self._set_threads = torch._C.set_num_threads
-            self._set_threads(self.threads)
+            hold_threads(self.threads)
             # vLLM's CPU runner crashes when a seeded request is prefilled in chunks ("CPU
             # Generator does not use offset"): a large step budget lets whole prompts prefill at
             # once, and generate() keeps seeded batches within it
@@ -165,7 +164,7 @@ class VLLMEngine:
         outputs = []
         with self._lock:
             if self.on_cpu:
-                self._set_threads(self.threads)
+                hold_threads(self.threads)
             for lo, hi in self._chunks(inputs, vparams):
                 outputs += self.llm.generate(inputs[lo:hi], vparams[lo:hi], use_tqdm=False)
         by_index = dict(zip(keep, outputs, strict=True))
