@@ -119,11 +119,9 @@ def apply_threads(setting: int | str | None) -> int | None:
     """Set torch's intra-op thread count from a `threads` config value; returns the count set."""
     n = choose_threads(setting)
     if n is not None:
-        import torch
+        from algorithms.rollout.engine import hold_threads
 
-        # the builtin, not torch.set_num_threads: a vLLM CPU engine started in this process
-        # replaces that with a no-op, which would leave the update on the engine's count
-        torch._C.set_num_threads(n)
+        hold_threads(n)  # also past a started vLLM CPU engine's no-op torch.set_num_threads
     return n
 
 
