@@ -28,6 +28,8 @@ import os
 import time
 from typing import Literal
 
+from algorithms.rollout.engine import hold_threads
+
 # The `threads` setting of the learner and SFT configs: "auto", an integer, or None (torch's own).
 Threads = int | Literal["auto"] | None
 THREADS_HELP = ("torch CPU threads: auto (free cores: usable cores minus the 1-min load), an integer, or "
@@ -119,8 +121,6 @@ def apply_threads(setting: int | str | None) -> int | None:
     """Set torch's intra-op thread count from a `threads` config value; returns the count set."""
     n = choose_threads(setting)
     if n is not None:
-        from algorithms.rollout.engine import hold_threads
-
         hold_threads(n)  # also past a started vLLM CPU engine's no-op torch.set_num_threads
     return n
 
